@@ -1,0 +1,254 @@
+//! The broker: the shared state every connection works against, and the operations that span
+//! sessions (publishing, ending sessions, wills, timers).
+
+use crate::config::BrokerConfig;
+use crate::hooks::{AuthHook, ClientInfo};
+use crate::registry::{PendingWill, Registry, SessionCell};
+use crate::router::{RouteOutcome, Router, WakeList};
+use crate::stats::Stats;
+use crate::timers::{TimerEntry, TimerKind, Timers};
+use hayate_codec::Properties;
+use hayate_session::{Message, MessageProperties, SessionLimits};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The broker's shared state. Cheap to share: connections hold an `Arc<Broker>`.
+#[derive(Debug)]
+pub struct Broker {
+    /// Settings and limits.
+    pub config: BrokerConfig,
+    /// Subscriptions, shared groups and retained messages.
+    pub router: Router,
+    /// Client id → session.
+    pub registry: Registry,
+    /// Counters for `$SYS`.
+    pub stats: Stats,
+    /// Authentication and authorisation.
+    pub hooks: Arc<dyn AuthHook>,
+    timers: Timers,
+    /// When the broker started (for `$SYS/broker/uptime`).
+    pub started_at: Instant,
+}
+
+impl Broker {
+    /// A broker with the given settings and hooks, started at `now`.
+    pub fn new(config: BrokerConfig, hooks: Arc<dyn AuthHook>, now: Instant) -> Arc<Broker> {
+        Arc::new(Broker {
+            router: Router::new(config.shared_subscription_strategy),
+            config,
+            registry: Registry::default(),
+            stats: Stats::default(),
+            hooks,
+            timers: Timers::default(),
+            started_at: now,
+        })
+    }
+
+    /// Session limits from the configuration.
+    pub fn session_limits(&self) -> SessionLimits {
+        SessionLimits {
+            max_queued_messages: self.config.max_queued_messages,
+            max_queued_bytes: self.config.max_queued_bytes,
+            max_inflight: self.config.max_inflight_messages,
+            queue_qos0_offline: self.config.queue_qos0_offline,
+        }
+    }
+
+    /// Accepts an application message: stores it as retained if flagged, then routes it to
+    /// matching subscribers. Sessions to wake are added to `wake`.
+    pub fn publish(&self, message: Arc<Message>, wake: &mut WakeList) -> RouteOutcome {
+        if message.retain && self.config.retain_available {
+            let stored = self.router.retain(&message);
+            self.stats.retained.store(stored as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        let outcome = self.router.route(&message, wake);
+        Stats::add(&self.stats.publish_dropped, outcome.dropped as u64);
+        outcome
+    }
+
+    /// Publishes a broker-made message (e.g. `$SYS`) and wakes its receivers.
+    pub fn publish_internal(&self, topic: &str, payload: bytes::Bytes, retain: bool) {
+        let message = Message::new(
+            topic.into(),
+            payload,
+            hayate_codec::QoS::AtMostOnce,
+            retain,
+            Properties::default(),
+            None,
+            None,
+        );
+        let mut wake = WakeList::new();
+        self.publish(Arc::new(message), &mut wake);
+        wake.iter().for_each(|doorbell| doorbell.notify_one());
+    }
+
+    /// Publishes a will message, if its client may publish to its topic.
+    pub(crate) fn publish_will(&self, cell: &SessionCell, will: PendingWill, now: Instant, wake: &mut WakeList) {
+        let client = ClientInfo { client_id: cell.client_id.clone(), username: None, peer: None };
+        if !self.hooks.authorize_publish(&client, &will.will.topic) {
+            tracing::info!(client_id = %cell.client_id, topic = %will.will.topic, "will_denied");
+            return;
+        }
+        let properties = forwardable_properties(&will.will.properties);
+        let expires_at = will
+            .will
+            .properties
+            .message_expiry_interval
+            .map(|secs| now + Duration::from_secs(u64::from(secs)));
+        let message = Message::new(
+            will.will.topic.clone(),
+            will.will.payload.clone(),
+            will.will.qos,
+            will.will.retain,
+            properties,
+            expires_at,
+            Some(will.publisher),
+        );
+        tracing::debug!(client_id = %cell.client_id, topic = %will.will.topic, "will_published");
+        self.publish(Arc::new(message), wake);
+    }
+
+    /// Ends a session for good: removes its subscriptions and registry entry, publishes a will
+    /// still pending [MQTT-3.1.3-9], and drops its queued messages.
+    pub fn end_session(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
+        let (filters, will, shared) = {
+            let mut state = cell.state.lock();
+            if state.ended {
+                return;
+            }
+            state.ended = true;
+            state.epoch += 1;
+            let filters: Vec<Box<str>> = state.subscriptions.drain().map(|(f, _)| f).collect();
+            let shared = state.session.take_shared_deliveries();
+            state.session.clear();
+            state.will_due = None;
+            (filters, state.will.take(), shared)
+        };
+        for filter in &filters {
+            if self.router.unsubscribe(filter, cell.id) {
+                self.stats.subscriptions.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.router.redistribute_shared(cell.id, shared, wake);
+        self.registry.remove_if_current(cell);
+        if let Some(will) = will {
+            self.publish_will(cell, will, now, wake);
+        }
+    }
+
+    /// Called when a connection leaves its session (any reason but takeover): ends the session
+    /// if its expiry interval is 0, otherwise starts the expiry and will-delay clocks.
+    /// `publish_will` is false after a normal DISCONNECT [MQTT-3.1.2-10].
+    pub fn session_detached(
+        &self,
+        cell: &Arc<SessionCell>,
+        publish_will: bool,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let (expiry, will_now, shared) = {
+            let mut state = cell.state.lock();
+            state.session.detach();
+            state.owner = 0;
+            state.epoch += 1;
+            if !publish_will {
+                state.will = None;
+            }
+            let expiry = state.expiry_interval;
+            let delay = state
+                .will
+                .as_ref()
+                .and_then(|w| w.will.properties.will_delay_interval)
+                .unwrap_or(0);
+            let mut will_now = None;
+            if state.will.is_some() && expiry != 0 {
+                if delay == 0 {
+                    will_now = state.will.take();
+                } else {
+                    // [MQTT-3.1.3-9] the will is sent when the delay passes or the session
+                    // ends, whichever comes first.
+                    let due = now + Duration::from_secs(u64::from(delay.min(expiry)));
+                    state.will_due = Some(due);
+                    self.timers.schedule(TimerEntry {
+                        at: due,
+                        kind: TimerKind::Will,
+                        epoch: state.epoch,
+                        cell: cell.clone(),
+                    });
+                }
+            }
+            if expiry != 0 && expiry != u32::MAX {
+                self.timers.schedule(TimerEntry {
+                    at: now + Duration::from_secs(u64::from(expiry)),
+                    kind: TimerKind::Expiry,
+                    epoch: state.epoch,
+                    cell: cell.clone(),
+                });
+            }
+            (expiry, will_now, state.session.take_shared_deliveries())
+        };
+        self.router.redistribute_shared(cell.id, shared, wake);
+        if let Some(will) = will_now {
+            self.publish_will(cell, will, now, wake);
+        }
+        if expiry == 0 {
+            self.end_session(cell, now, wake);
+        }
+    }
+
+    /// Fires due will and expiry deadlines, and prunes expired retained messages. The server
+    /// calls this periodically.
+    pub fn run_timers(&self, now: Instant, wake: &mut WakeList) {
+        for entry in self.timers.take_due(now) {
+            let stale = {
+                let state = entry.cell.state.lock();
+                state.epoch != entry.epoch || state.ended || state.owner != 0
+            };
+            if stale {
+                continue;
+            }
+            match entry.kind {
+                TimerKind::Will => {
+                    let will = {
+                        let mut state = entry.cell.state.lock();
+                        state.will_due = None;
+                        state.will.take()
+                    };
+                    if let Some(will) = will {
+                        self.publish_will(&entry.cell, will, now, wake);
+                    }
+                }
+                TimerKind::Expiry => {
+                    tracing::debug!(client_id = %entry.cell.client_id, "session_expired");
+                    self.end_session(&entry.cell, now, wake);
+                }
+            }
+        }
+        let pruned = self.router.prune_retained(now);
+        if pruned > 0 {
+            self.stats
+                .retained
+                .store(self.router.retained_count() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Deadlines waiting (for tests and metrics).
+    pub fn pending_timers(&self) -> usize {
+        self.timers.len()
+    }
+}
+
+/// The properties a PUBLISH or will passes on to subscribers unchanged: payload format
+/// indicator [MQTT-3.3.2-4], content type [MQTT-3.3.2-20], response topic [MQTT-3.3.2-15],
+/// correlation data [MQTT-3.3.2-16] and user properties in order [MQTT-3.3.2-17]
+/// [MQTT-3.3.2-18].
+pub fn forwardable_properties(properties: &Properties) -> MessageProperties {
+    Properties {
+        payload_format_indicator: properties.payload_format_indicator,
+        content_type: properties.content_type.clone(),
+        response_topic: properties.response_topic.clone(),
+        correlation_data: properties.correlation_data.clone(),
+        user_properties: properties.user_properties.clone(),
+        ..Properties::default()
+    }
+}

@@ -1,0 +1,315 @@
+//! The per-connection protocol handler: one client's packets in, broker actions and output
+//! bytes out.
+//!
+//! A `Channel` is sans-IO: the transport decodes packets, calls [`Channel::handle_packet`]
+//! for each, rings the doorbells collected in the [`WakeList`], and writes the [`OutBuf`].
+//! When a handler returns [`Close`], any DISCONNECT owed to a v5 client is already in the
+//! buffer; the transport flushes it, closes the socket and calls [`Channel::finish`].
+
+mod connect;
+mod publish;
+mod subscribe;
+
+use crate::broker::Broker;
+use crate::hooks::ClientInfo;
+use crate::registry::{SessionCell, SessionState};
+use crate::router::WakeList;
+use crate::stats::Stats;
+use hayate_codec::{
+    encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode,
+};
+use hayate_session::OutBuf;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Facts about the network connection, from the transport.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionInfo {
+    /// Remote address.
+    pub peer: Option<SocketAddr>,
+    /// The listener is at its connection limit: CONNECT is answered with "quota exceeded"
+    /// (v5 0x97, v3 0x03) and the connection closed.
+    pub over_capacity: bool,
+}
+
+/// The connection must close. For server-initiated closes of v5 connections a DISCONNECT with
+/// `reason` has already been written to the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Close {
+    /// Why, as a v5 reason code (0 for a normal client DISCONNECT).
+    pub reason: ReasonCode,
+    /// Stable snake_case phrase for the log line.
+    pub event: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitConnect,
+    Connected,
+    Closed,
+}
+
+/// One client connection's protocol state. See the module docs.
+#[derive(Debug)]
+pub struct Channel {
+    broker: Arc<Broker>,
+    info: ConnectionInfo,
+    /// Unique id of this connection; the session's `owner` while attached.
+    conn_id: u64,
+    phase: Phase,
+    version: ProtocolVersion,
+    cell: Option<Arc<SessionCell>>,
+    client: Option<ClientInfo>,
+    keep_alive: u16,
+    /// Publish the will when the connection ends: true unless the client sent DISCONNECT
+    /// (v5: other than 0x04) [MQTT-3.1.2-8] [MQTT-3.1.2-10].
+    will_on_close: bool,
+    /// The CONNECT's Session Expiry Interval was 0 (v5), which DISCONNECT may not raise
+    /// [MQTT-3.14.2-2].
+    connect_expiry_zero: bool,
+    /// Another connection took the session over; `finish` must leave it alone.
+    taken_over: bool,
+    /// This connection's doorbell, installed in the session while attached.
+    doorbell: Arc<Notify>,
+}
+
+impl Channel {
+    /// A channel for a new network connection.
+    pub fn new(broker: Arc<Broker>, info: ConnectionInfo) -> Channel {
+        Stats::add(&broker.stats.connections_total, 1);
+        Channel {
+            broker,
+            info,
+            conn_id: crate::registry::next_id(),
+            phase: Phase::AwaitConnect,
+            version: ProtocolVersion::V311,
+            cell: None,
+            client: None,
+            keep_alive: 0,
+            will_on_close: true,
+            connect_expiry_zero: true,
+            taken_over: false,
+            doorbell: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The doorbell the transport waits on: rung when messages are queued for this client or
+    /// when its session is taken over.
+    pub fn doorbell(&self) -> &Arc<Notify> {
+        &self.doorbell
+    }
+
+    /// The protocol level the client connected with (3.1.1 until CONNECT arrives).
+    pub fn version(&self) -> ProtocolVersion {
+        self.version
+    }
+
+    /// True once CONNECT was accepted and until the connection ends.
+    pub fn is_connected(&self) -> bool {
+        self.phase == Phase::Connected
+    }
+
+    /// The attached session, whose doorbell the transport waits on.
+    pub fn session(&self) -> Option<&Arc<SessionCell>> {
+        self.cell.as_ref()
+    }
+
+    /// The client identifier, once connected.
+    pub fn client_id(&self) -> Option<&str> {
+        self.client.as_ref().map(|c| &*c.client_id)
+    }
+
+    /// How long the connection may stay silent: 1.5 × keep alive [MQTT-3.1.2-24]; `None` when
+    /// keep alive is 0.
+    pub fn keep_alive_timeout(&self) -> Option<Duration> {
+        (self.keep_alive > 0).then(|| Duration::from_millis(u64::from(self.keep_alive) * 1500))
+    }
+
+    /// Handles one decoded packet from the client.
+    pub fn handle_packet(
+        &mut self,
+        packet: Packet,
+        now: Instant,
+        out: &mut OutBuf,
+        wake: &mut WakeList,
+    ) -> Result<(), Close> {
+        Stats::add(&self.broker.stats.messages_received, 1);
+        match self.phase {
+            Phase::AwaitConnect => match packet {
+                Packet::Connect(connect) => self.handle_connect(*connect, now, out, wake),
+                // [MQTT-3.1.0-1] the first packet must be CONNECT.
+                _ => Err(Close { reason: ReasonCode::PROTOCOL_ERROR, event: "first_packet_not_connect" }),
+            },
+            Phase::Closed => Err(Close { reason: ReasonCode::PROTOCOL_ERROR, event: "packet_after_close" }),
+            Phase::Connected => self.handle_connected(packet, now, out, wake),
+        }
+    }
+
+    fn handle_connected(
+        &mut self,
+        packet: Packet,
+        now: Instant,
+        out: &mut OutBuf,
+        wake: &mut WakeList,
+    ) -> Result<(), Close> {
+        match packet {
+            Packet::Publish(publish) => self.handle_publish(publish, now, out, wake),
+            Packet::PubAck(ack) => {
+                self.with_session(out, |state, _| state.session.handle_puback(ack.packet_id))?;
+                self.poll_transmit(now, out)
+            }
+            Packet::PubRec(rec) => {
+                self.with_session(out, |state, _| {
+                    state.session.handle_pubrec(rec.packet_id, rec.reason_code)
+                })?;
+                self.poll_transmit(now, out)
+            }
+            Packet::PubComp(comp) => {
+                self.with_session(out, |state, _| state.session.handle_pubcomp(comp.packet_id))?;
+                self.poll_transmit(now, out)
+            }
+            Packet::PubRel(rel) => {
+                let known = self.with_session(out, |state, _| state.session.handle_pubrel(rel.packet_id))?;
+                // [MQTT-4.3.3-11] always answer PUBCOMP; v5 says whether the id was known.
+                let reason = if known || !self.version.is_v5() {
+                    ReasonCode::SUCCESS
+                } else {
+                    ReasonCode::PACKET_IDENTIFIER_NOT_FOUND
+                };
+                let comp = PubResp { packet_id: rel.packet_id, reason_code: reason, properties: Properties::default() };
+                self.write(&Packet::PubComp(comp), out);
+                Ok(())
+            }
+            Packet::Subscribe(subscribe) => self.handle_subscribe(subscribe, now, out),
+            Packet::Unsubscribe(unsubscribe) => self.handle_unsubscribe(unsubscribe, out),
+            Packet::PingReq => {
+                // [MQTT-3.12.4-1]
+                self.write(&Packet::PingResp, out);
+                Ok(())
+            }
+            Packet::Disconnect(disconnect) => self.handle_disconnect(disconnect, out),
+            Packet::Connect(_) => {
+                // [MQTT-3.1.0-2] a second CONNECT is a protocol violation.
+                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "second_connect", out))
+            }
+            Packet::Auth(_) => {
+                // No enhanced authentication method was agreed at CONNECT, so AUTH is a
+                // protocol error [MQTT-4.12.0-...] [MQTT-3.15.2-...].
+                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "unexpected_auth", out))
+            }
+            Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
+                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "server_packet_from_client", out))
+            }
+        }
+    }
+
+    fn handle_disconnect(&mut self, disconnect: Disconnect, out: &mut OutBuf) -> Result<(), Close> {
+        if self.version.is_v5() {
+            if let Some(expiry) = disconnect.properties.session_expiry_interval {
+                if self.connect_expiry_zero && expiry != 0 {
+                    // [MQTT-3.14.2-2] cannot turn a session that ends with the connection into
+                    // one that persists.
+                    return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "disconnect_expiry_raised", out));
+                }
+                let capped = expiry.min(self.broker.config.max_session_expiry_interval);
+                self.with_session(out, |state, _| state.expiry_interval = capped)?;
+            }
+        }
+        // [MQTT-3.14.4-3] normal disconnection discards the will; 0x04 asks for it.
+        self.will_on_close = disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL;
+        self.phase = Phase::Closed;
+        Err(Close { reason: disconnect.reason_code, event: "client_disconnect" })
+    }
+
+    /// Writes messages queued for this client as far as its window allows. The transport calls
+    /// this when the session's doorbell rings. Fails if the session was taken over.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut OutBuf) -> Result<(), Close> {
+        if self.phase != Phase::Connected {
+            return Ok(());
+        }
+        let report = self.with_session(out, |state, out| state.session.poll_transmit(now, out))?;
+        let stats = &self.broker.stats;
+        Stats::add(&stats.publish_sent, report.published as u64);
+        Stats::add(&stats.publish_dropped, (report.expired + report.too_large) as u64);
+        Ok(())
+    }
+
+    /// True when the session has output that `poll_transmit` would write now.
+    pub fn wants_transmit(&self) -> bool {
+        self.cell.as_ref().is_some_and(|cell| {
+            let state = cell.state.lock();
+            state.owner != self.conn_id || state.session.wants_transmit()
+        })
+    }
+
+    /// The server closes the connection (keep alive timeout, malformed packet, shutdown...):
+    /// writes DISCONNECT with `reason` to v5 clients that completed CONNECT, and marks the
+    /// connection for the will to be published.
+    pub fn close_with(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
+        if self.phase == Phase::Connected && self.version.is_v5() {
+            let disconnect = Disconnect { reason_code: reason, properties: Properties::default() };
+            self.write(&Packet::Disconnect(disconnect), out);
+        }
+        self.phase = Phase::Closed;
+        Close { reason, event }
+    }
+
+    /// A packet could not be decoded. Before CONNECT completed an unknown protocol level is
+    /// answered with CONNACK 0x01 [MQTT-3.1.2-2]; otherwise v5 clients get DISCONNECT with the
+    /// error's reason code.
+    pub fn decode_error(&mut self, error: hayate_codec::DecodeError, out: &mut OutBuf) -> Close {
+        if self.phase == Phase::AwaitConnect {
+            if let hayate_codec::DecodeError::UnsupportedProtocolLevel(_) = error {
+                // The client's level is unknown, so answer in the 3.1.1 form, which every
+                // level can read.
+                out.put_slice(&[0x20, 0x02, 0x00, ReasonCode::V3_UNACCEPTABLE_PROTOCOL_VERSION.0]);
+            }
+            self.phase = Phase::Closed;
+            return Close { reason: error.reason_code(), event: "malformed_packet" };
+        }
+        self.close_with(error.reason_code(), "malformed_packet", out)
+    }
+
+    /// The connection has ended (any reason). Publishes the will when due, and ends or parks
+    /// the session. Call exactly once.
+    pub fn finish(&mut self, now: Instant, wake: &mut WakeList) {
+        if let Some(cell) = self.cell.take() {
+            let still_owner = !self.taken_over && cell.state.lock().owner == self.conn_id;
+            if still_owner {
+                self.broker.session_detached(&cell, self.will_on_close, now, wake);
+            }
+        }
+        if self.client.take().is_some() {
+            self.broker.stats.client_disconnected();
+        }
+        self.phase = Phase::Closed;
+    }
+
+    /// Runs `f` on the session state if this connection still owns the session; otherwise the
+    /// session was taken over and the connection must close [MQTT-3.1.4-3].
+    fn with_session<R>(
+        &mut self,
+        out: &mut OutBuf,
+        f: impl FnOnce(&mut SessionState, &mut OutBuf) -> R,
+    ) -> Result<R, Close> {
+        let Some(cell) = self.cell.clone() else {
+            return Err(Close { reason: ReasonCode::PROTOCOL_ERROR, event: "no_session" });
+        };
+        let mut state = cell.state.lock();
+        if state.owner != self.conn_id {
+            drop(state);
+            self.cell = None;
+            self.taken_over = true;
+            return Err(self.close_with(ReasonCode::SESSION_TAKEN_OVER, "session_taken_over", out));
+        }
+        Ok(f(&mut state, out))
+    }
+
+    fn write(&self, packet: &Packet, out: &mut OutBuf) {
+        if let Err(error) = encode(packet, self.version, out.tail_mut()) {
+            tracing::warn!(%error, packet = ?packet.packet_type(), "encode_failed");
+        }
+    }
+}

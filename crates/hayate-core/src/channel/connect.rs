@@ -1,0 +1,230 @@
+//! CONNECT → CONNACK: client identifier rules, authentication, session open/resume/takeover,
+//! negotiated limits.
+
+use super::{Channel, Close, Phase};
+use crate::hooks::ClientInfo;
+use crate::registry::PendingWill;
+use crate::router::WakeList;
+use hayate_codec::{ConnAck, Connect, Packet, Properties, ProtocolVersion, QoS, ReasonCode};
+use hayate_session::{ConnectionParams, OutBuf, Session};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Session Expiry Interval meaning "never expires" [MQTT-3.1.2-...].
+const NEVER_EXPIRES: u32 = u32::MAX;
+
+impl Channel {
+    pub(super) fn handle_connect(
+        &mut self,
+        connect: Connect,
+        now: Instant,
+        out: &mut OutBuf,
+        wake: &mut WakeList,
+    ) -> Result<(), Close> {
+        let version = connect.protocol;
+        self.version = version;
+        let broker = self.broker.clone();
+        let config = &broker.config;
+        let v5 = version.is_v5();
+
+        if self.info.over_capacity {
+            return Err(self.refuse(ReasonCode::QUOTA_EXCEEDED, "max_connections", out));
+        }
+        if v5 && connect.properties.authentication_method.is_some() {
+            // No enhanced authentication method is configured [MQTT-4.12.0-1].
+            return Err(self.refuse(ReasonCode::BAD_AUTHENTICATION_METHOD, "unsupported_auth_method", out));
+        }
+
+        // Client identifier [MQTT-3.1.3-3] .. [MQTT-3.1.3-8].
+        let mut assigned = None;
+        let client_id: Arc<str> = if connect.client_id.is_empty() {
+            // v3.1.1 allows an empty id only with Clean Session [MQTT-3.1.3-7] [MQTT-3.1.3-8];
+            // 3.1 requires an id; v5 always assigns one [MQTT-3.1.3-6].
+            if version == ProtocolVersion::V31 || (version == ProtocolVersion::V311 && !connect.clean_start) {
+                return Err(self.refuse(ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "empty_client_id", out));
+            }
+            let id: Arc<str> = Arc::from(format!("hayate-{:016x}", rand::random::<u64>()));
+            if v5 {
+                assigned = Some(id.clone());
+            }
+            id
+        } else if connect.client_id.len() > config.max_client_id_len {
+            return Err(self.refuse(ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "client_id_too_long", out));
+        } else {
+            Arc::from(connect.client_id.as_str())
+        };
+
+        // Will checks: a valid topic name, and QoS / retain the server supports.
+        if let Some(will) = &connect.will {
+            if hayate_topic::validate_topic_name(&will.topic).is_err() {
+                return Err(self.refuse(ReasonCode::TOPIC_NAME_INVALID, "invalid_will_topic", out));
+            }
+            if will.qos > config.maximum_qos() {
+                // [MQTT-3.2.2-12]
+                return Err(self.refuse(ReasonCode::QOS_NOT_SUPPORTED, "will_qos_not_supported", out));
+            }
+            if will.retain && !config.retain_available {
+                // [MQTT-3.2.2-13]
+                return Err(self.refuse(ReasonCode::RETAIN_NOT_SUPPORTED, "will_retain_not_supported", out));
+            }
+        }
+
+        let client = ClientInfo {
+            client_id: client_id.clone(),
+            username: connect.username.as_ref().map(|u| Arc::from(u.as_str())),
+            peer: self.info.peer,
+        };
+        if let Err(reason) = self.broker.hooks.authenticate(&client, connect.password.as_deref()) {
+            return Err(self.refuse(reason, "authentication_failed", out));
+        }
+
+        // Keep alive: v5 clients asking for more than the maximum (or for none while a
+        // maximum is set) are told the Server Keep Alive [MQTT-3.2.2-21].
+        let mut server_keep_alive = None;
+        self.keep_alive = connect.keep_alive;
+        if v5 && config.max_keep_alive < u16::MAX
+            && (connect.keep_alive == 0 || connect.keep_alive > config.max_keep_alive)
+        {
+            self.keep_alive = config.max_keep_alive;
+            server_keep_alive = Some(config.max_keep_alive);
+        }
+
+        // Session expiry: v5 from the property (0 when absent) [MQTT-3.1.2-11]; v3 clean
+        // sessions end with the connection, persistent ones use the broker's maximum.
+        let requested_expiry = if v5 {
+            connect.properties.session_expiry_interval.unwrap_or(0)
+        } else if connect.clean_start {
+            0
+        } else {
+            NEVER_EXPIRES
+        };
+        let expiry = requested_expiry.min(config.max_session_expiry_interval);
+        self.connect_expiry_zero = requested_expiry == 0;
+
+        let params = ConnectionParams {
+            version,
+            client_receive_maximum: if v5 {
+                connect.properties.receive_maximum.unwrap_or(u16::MAX)
+            } else {
+                u16::MAX
+            },
+            client_maximum_packet_size: connect.properties.maximum_packet_size.unwrap_or(u32::MAX),
+            client_topic_alias_maximum: connect.properties.topic_alias_maximum.unwrap_or(0),
+            server_receive_maximum: config.receive_maximum,
+            server_topic_alias_maximum: if v5 { config.topic_alias_maximum } else { 0 },
+            assign_outbound_aliases: config.assign_outbound_topic_aliases,
+        };
+
+        let limits = self.broker.session_limits();
+        let opened = self.broker.registry.open(&client_id, connect.clean_start, || Session::new(limits));
+        if let Some(replaced) = &opened.replaced {
+            // Clean start over an existing session: that session ends now, and a connection
+            // still attached to it is closed [MQTT-3.1.4-3].
+            let old_doorbell = {
+                let mut state = replaced.state.lock();
+                state.owner = 0;
+                state.doorbell.take()
+            };
+            if let Some(doorbell) = old_doorbell {
+                doorbell.notify_one();
+            }
+            self.broker.end_session(replaced, now, wake);
+        }
+
+        let cell = opened.cell;
+        let (old_will, old_doorbell) = {
+            let mut state = cell.state.lock();
+            let taking_over = state.owner != 0;
+            state.owner = self.conn_id;
+            state.epoch += 1;
+            state.expiry_interval = expiry;
+            state.will_due = None;
+            let old_doorbell = state.doorbell.replace(self.doorbell.clone());
+            // A will still pending from the previous connection is not sent when the client
+            // is back before its delay ran out [MQTT-3.1.3-9]; on takeover of a live
+            // connection with no delay it is sent as that connection's end.
+            let previous_will = state.will.take();
+            let old_will = previous_will.filter(|w| {
+                taking_over && w.will.properties.will_delay_interval.unwrap_or(0) == 0
+            });
+            state.will = connect.will.clone().map(|will| PendingWill { will, publisher: cell.id });
+            state.session.attach(params);
+            (old_will, old_doorbell.filter(|_| taking_over))
+        };
+        if let Some(doorbell) = old_doorbell {
+            doorbell.notify_one();
+        }
+        if let Some(will) = old_will {
+            self.broker.publish_will(&cell, will, now, wake);
+        }
+
+        self.cell = Some(cell);
+        self.client = Some(client);
+        self.phase = Phase::Connected;
+        self.broker.stats.client_connected();
+
+        let mut properties = Properties::default();
+        if v5 {
+            if expiry != requested_expiry {
+                properties.session_expiry_interval = Some(expiry);
+            }
+            if config.receive_maximum != u16::MAX {
+                properties.receive_maximum = Some(config.receive_maximum);
+            }
+            if config.maximum_qos() < QoS::ExactlyOnce {
+                properties.maximum_qos = Some(config.max_qos);
+            }
+            if !config.retain_available {
+                properties.retain_available = Some(0);
+            }
+            properties.maximum_packet_size = Some(config.max_packet_size);
+            properties.assigned_client_identifier = assigned.map(|id| id.as_ref().into());
+            if config.topic_alias_maximum > 0 {
+                properties.topic_alias_maximum = Some(config.topic_alias_maximum);
+            }
+            properties.server_keep_alive = server_keep_alive;
+            if connect.properties.request_response_information == Some(1)
+                && !config.response_information.is_empty()
+            {
+                properties.response_information = Some(config.response_information.as_str().into());
+            }
+        }
+        let connack = ConnAck {
+            session_present: opened.session_present,
+            reason_code: ReasonCode::SUCCESS,
+            properties,
+        };
+        self.write(&Packet::ConnAck(connack), out);
+        tracing::debug!(
+            client_id = %client_id,
+            version = ?version,
+            clean_start = connect.clean_start,
+            session_present = opened.session_present,
+            "client_connected"
+        );
+        // Resend what was in flight and send what was queued while offline.
+        self.poll_transmit(now, out)
+    }
+
+    /// Refuses a CONNECT with CONNACK (v5 reason, or the matching v3 return code)
+    /// [MQTT-3.2.2-6] [MQTT-3.2.2-7] and closes.
+    fn refuse(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
+        let code = if self.version.is_v5() { reason } else { v3_return_code(reason) };
+        let connack = ConnAck { session_present: false, reason_code: code, properties: Properties::default() };
+        self.write(&Packet::ConnAck(connack), out);
+        self.phase = Phase::Closed;
+        tracing::info!(peer = ?self.info.peer, reason = %reason, event, "connect_refused");
+        Close { reason, event }
+    }
+}
+
+/// Maps a v5 CONNACK reason to the nearest v3.1.1 return code [MQTT-3.2.2-4].
+fn v3_return_code(reason: ReasonCode) -> ReasonCode {
+    match reason {
+        ReasonCode::UNSUPPORTED_PROTOCOL_VERSION => ReasonCode::V3_UNACCEPTABLE_PROTOCOL_VERSION,
+        ReasonCode::CLIENT_IDENTIFIER_NOT_VALID => ReasonCode::V3_IDENTIFIER_REJECTED,
+        ReasonCode::BAD_USER_NAME_OR_PASSWORD => ReasonCode::V3_BAD_USER_NAME_OR_PASSWORD,
+        ReasonCode::NOT_AUTHORIZED | ReasonCode::BANNED => ReasonCode::V3_NOT_AUTHORIZED,
+        _ => ReasonCode::V3_SERVER_UNAVAILABLE,
+    }
+}

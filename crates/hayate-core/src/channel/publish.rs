@@ -1,0 +1,121 @@
+//! Inbound PUBLISH: validation, QoS 1/2 acknowledgement, authorisation, routing.
+
+use super::{Channel, Close};
+use crate::broker::forwardable_properties;
+use crate::router::WakeList;
+use crate::stats::Stats;
+use hayate_codec::{Packet, Properties, PubResp, Publish, QoS, ReasonCode};
+use hayate_session::{InboundPublish, Message, OutBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl Channel {
+    pub(super) fn handle_publish(
+        &mut self,
+        mut publish: Publish,
+        now: Instant,
+        out: &mut OutBuf,
+        wake: &mut WakeList,
+    ) -> Result<(), Close> {
+        Stats::add(&self.broker.stats.publish_received, 1);
+        let broker = self.broker.clone();
+        let config = &broker.config;
+        if publish.qos > config.maximum_qos() {
+            // [MQTT-3.2.2-11] a QoS above the announced Maximum QoS.
+            return Err(self.close_with(ReasonCode::QOS_NOT_SUPPORTED, "qos_not_supported", out));
+        }
+        if publish.retain && !config.retain_available {
+            // [MQTT-3.2.2-14]
+            return Err(self.close_with(ReasonCode::RETAIN_NOT_SUPPORTED, "retain_not_supported", out));
+        }
+        let inbound = match self.with_session(out, |state, _| state.session.handle_inbound_publish(&mut publish))? {
+            Ok(inbound) => inbound,
+            Err(error) => {
+                tracing::info!(client_id = ?self.client_id(), %error, "protocol_violation");
+                return Err(self.close_with(error.reason_code(), "protocol_violation", out));
+            }
+        };
+        // [MQTT-3.3.2-2] no wildcards in a topic name; [MQTT-4.7.3-1] not empty.
+        let levels_ok = hayate_topic::topic_level_count(&publish.topic) <= config.max_topic_levels;
+        if hayate_topic::validate_topic_name(&publish.topic).is_err() || !levels_ok {
+            self.forget_qos2(&publish, out);
+            return Err(self.close_with(ReasonCode::TOPIC_NAME_INVALID, "invalid_topic_name", out));
+        }
+        if inbound == InboundPublish::DuplicateQos2 {
+            // [MQTT-4.3.3-10] acknowledge again, never route twice.
+            self.acknowledge(&publish, ReasonCode::SUCCESS, out);
+            return Ok(());
+        }
+
+        // [MQTT-3.3.2-4] the server may check a payload declared to be UTF-8.
+        if publish.properties.payload_format_indicator == Some(1)
+            && std::str::from_utf8(&publish.payload).is_err()
+            && self.version.is_v5()
+        {
+            self.refuse_publish(&publish, ReasonCode::PAYLOAD_FORMAT_INVALID, out);
+            return Ok(());
+        }
+        let allowed = match &self.client {
+            Some(client) => self.broker.hooks.authorize_publish(client, &publish.topic),
+            None => false,
+        };
+        if !allowed {
+            tracing::info!(client_id = ?self.client_id(), topic = %publish.topic, "publish_denied");
+            if self.version.is_v5() {
+                self.refuse_publish(&publish, ReasonCode::NOT_AUTHORIZED, out);
+            } else {
+                // v3 cannot say no: acknowledge and drop [MQTT-3.3.5-2].
+                self.acknowledge(&publish, ReasonCode::SUCCESS, out);
+            }
+            return Ok(());
+        }
+
+        let expires_at = publish
+            .properties
+            .message_expiry_interval
+            .map(|secs| now + Duration::from_secs(u64::from(secs)));
+        let publisher = self.cell.as_ref().map(|c| c.id);
+        let message = Message::new(
+            publish.topic.clone(),
+            publish.payload.clone(),
+            publish.qos,
+            publish.retain,
+            forwardable_properties(&publish.properties),
+            expires_at,
+            publisher,
+        );
+        let outcome = self.broker.publish(Arc::new(message), wake);
+        let reason = if outcome.delivered == 0 && outcome.dropped == 0 && self.version.is_v5() {
+            ReasonCode::NO_MATCHING_SUBSCRIBERS
+        } else {
+            ReasonCode::SUCCESS
+        };
+        self.acknowledge(&publish, reason, out);
+        Ok(())
+    }
+
+    /// PUBACK for QoS 1 [MQTT-4.3.2-2], PUBREC for QoS 2 [MQTT-4.3.3-2], nothing for QoS 0.
+    fn acknowledge(&self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
+        let Some(packet_id) = publish.packet_id else { return };
+        let reason = if self.version.is_v5() { reason } else { ReasonCode::SUCCESS };
+        let response = PubResp { packet_id, reason_code: reason, properties: Properties::default() };
+        match publish.qos {
+            QoS::AtMostOnce => {}
+            QoS::AtLeastOnce => self.write(&Packet::PubAck(response), out),
+            QoS::ExactlyOnce => self.write(&Packet::PubRec(response), out),
+        }
+    }
+
+    /// Refuses a v5 publish with an error reason; for QoS 2 the flow ends there, so the packet
+    /// id is free again [MQTT-4.3.3-4].
+    fn refuse_publish(&mut self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
+        self.forget_qos2(publish, out);
+        self.acknowledge(publish, reason, out);
+    }
+
+    fn forget_qos2(&mut self, publish: &Publish, out: &mut OutBuf) {
+        if let (QoS::ExactlyOnce, Some(id)) = (publish.qos, publish.packet_id) {
+            let _ = self.with_session(out, |state, _| state.session.forget_inbound_qos2(id));
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! SUBSCRIBE → SUBACK (+ retained messages) and UNSUBSCRIBE → UNSUBACK.
+
+use super::{Channel, Close};
+use crate::registry::SubscriptionRecord;
+use crate::router::SubEntry;
+use hayate_codec::{
+    Packet, Properties, ProtocolVersion, QoS, ReasonCode, SubAck, Subscribe, SubscriptionOptions,
+    UnsubAck, Unsubscribe,
+};
+use hayate_session::{Delivery, OutBuf};
+use std::time::Instant;
+
+/// Retain Handling 1: send retained messages only for a new subscription [MQTT-3.3.1-10].
+const RETAIN_IF_NEW: u8 = 1;
+/// Retain Handling 2: never send retained messages on subscribe [MQTT-3.3.1-11].
+const RETAIN_NEVER: u8 = 2;
+
+impl Channel {
+    pub(super) fn handle_subscribe(
+        &mut self,
+        subscribe: Subscribe,
+        now: Instant,
+        out: &mut OutBuf,
+    ) -> Result<(), Close> {
+        let subscription_id = subscribe.properties.subscription_identifiers.first().copied();
+        let mut reason_codes = Vec::with_capacity(subscribe.filters.len());
+        let mut retained = Vec::new();
+        for (filter, options) in &subscribe.filters {
+            let code = self.subscribe_one(filter, *options, subscription_id, now, &mut retained, out)?;
+            reason_codes.push(code);
+        }
+        // [MQTT-3.8.4-1] SUBACK with the same packet id; [MQTT-3.9.3-1] one code per filter.
+        let suback = SubAck { packet_id: subscribe.packet_id, reason_codes, properties: Properties::default() };
+        self.write(&Packet::SubAck(suback), out);
+        if !retained.is_empty() {
+            self.with_session(out, |state, _| {
+                for delivery in retained {
+                    state.session.enqueue(delivery);
+                }
+            })?;
+        }
+        self.poll_transmit(now, out)
+    }
+
+    fn subscribe_one(
+        &mut self,
+        filter: &str,
+        mut options: SubscriptionOptions,
+        subscription_id: Option<u32>,
+        now: Instant,
+        retained: &mut Vec<Delivery>,
+        out: &mut OutBuf,
+    ) -> Result<ReasonCode, Close> {
+        let v5 = self.version.is_v5();
+        let failure = |reason: ReasonCode| if v5 { reason } else { ReasonCode::V3_SUBACK_FAILURE };
+        let broker = self.broker.clone();
+        let config = &broker.config;
+        let shared = match hayate_topic::parse_shared(filter) {
+            Ok(shared) => shared,
+            Err(_) => return Ok(failure(ReasonCode::TOPIC_FILTER_INVALID)),
+        };
+        let inner = shared.as_ref().map_or(filter, |s| s.filter);
+        if hayate_topic::validate_topic_filter(inner).is_err()
+            || hayate_topic::topic_level_count(inner) > config.max_topic_levels
+        {
+            return Ok(failure(ReasonCode::TOPIC_FILTER_INVALID));
+        }
+        if shared.is_some() && options.no_local {
+            // [MQTT-3.8.3-4] No Local on a shared subscription is a protocol error.
+            return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "shared_no_local", out));
+        }
+        let allowed = self.client.as_ref().is_some_and(|c| self.broker.hooks.authorize_subscribe(c, inner));
+        if !allowed {
+            tracing::info!(client_id = ?self.client_id(), filter, "subscribe_denied");
+            return Ok(failure(ReasonCode::NOT_AUTHORIZED));
+        }
+        let Some(cell) = self.cell.clone() else {
+            return Ok(failure(ReasonCode::UNSPECIFIED_ERROR));
+        };
+        let max_subscriptions = config.max_subscriptions_per_client;
+        let over_quota = self.with_session(out, |state, _| {
+            !state.subscriptions.contains_key(filter) && state.subscriptions.len() >= max_subscriptions
+        })?;
+        if over_quota {
+            return Ok(failure(ReasonCode::QUOTA_EXCEEDED));
+        }
+        // [MQTT-3.8.4-6] grant at most the server's maximum QoS.
+        options.qos = options.qos.min(config.maximum_qos());
+        if self.version != ProtocolVersion::V5 {
+            options.no_local = false;
+            options.retain_as_published = false;
+            options.retain_handling = 0;
+        }
+        let record = SubscriptionRecord { options, subscription_id };
+        // The index lock is taken without holding the session lock (lock order).
+        let existed = self.broker.router.subscribe(filter, SubEntry { cell, record });
+        self.with_session(out, |state, _| {
+            state.subscriptions.insert(filter.into(), record);
+        })?;
+        if !existed {
+            crate::stats::Stats::add(&self.broker.stats.subscriptions, 1);
+        }
+        // Retained messages: never for shared subscriptions [MQTT-4.8.2-...]; per Retain
+        // Handling otherwise; sent with RETAIN set [MQTT-3.3.1-8].
+        let send_retained = shared.is_none()
+            && options.retain_handling != RETAIN_NEVER
+            && !(options.retain_handling == RETAIN_IF_NEW && existed);
+        if send_retained {
+            for message in self.broker.router.retained_matching(inner, now) {
+                retained.push(Delivery {
+                    qos: message.qos.min(options.qos),
+                    message,
+                    retain: true,
+                    subscription_ids: subscription_id.into_iter().collect(),
+                    shared_group: None,
+                });
+            }
+        }
+        Ok(match options.qos {
+            QoS::AtMostOnce => ReasonCode::GRANTED_QOS_0,
+            QoS::AtLeastOnce => ReasonCode::GRANTED_QOS_1,
+            QoS::ExactlyOnce => ReasonCode::GRANTED_QOS_2,
+        })
+    }
+
+    pub(super) fn handle_unsubscribe(&mut self, unsubscribe: Unsubscribe, out: &mut OutBuf) -> Result<(), Close> {
+        let mut reason_codes = Vec::with_capacity(unsubscribe.filters.len());
+        let session_id = self.cell.as_ref().map_or(0, |c| c.id);
+        for filter in &unsubscribe.filters {
+            let valid = match hayate_topic::parse_shared(filter) {
+                Ok(Some(shared)) => hayate_topic::validate_topic_filter(shared.filter).is_ok(),
+                Ok(None) => hayate_topic::validate_topic_filter(filter).is_ok(),
+                Err(_) => false,
+            };
+            if !valid {
+                reason_codes.push(ReasonCode::TOPIC_FILTER_INVALID);
+                continue;
+            }
+            let recorded = self.with_session(out, |state, _| state.subscriptions.remove(&**filter).is_some())?;
+            let removed = self.broker.router.unsubscribe(filter, session_id);
+            if removed {
+                self.broker.stats.subscriptions.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            reason_codes.push(if recorded || removed {
+                ReasonCode::SUCCESS
+            } else {
+                ReasonCode::NO_SUBSCRIPTION_EXISTED
+            });
+        }
+        if !self.version.is_v5() {
+            // The v3 UNSUBACK has no payload.
+            reason_codes.clear();
+        }
+        // [MQTT-3.10.4-4] UNSUBACK even when nothing matched; [MQTT-3.10.4-5] same packet id.
+        let unsuback = UnsubAck { packet_id: unsubscribe.packet_id, reason_codes, properties: Properties::default() };
+        self.write(&Packet::UnsubAck(unsuback), out);
+        Ok(())
+    }
+}

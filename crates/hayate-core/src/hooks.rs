@@ -1,0 +1,67 @@
+//! Authentication and authorisation hooks. The broker asks; the hook decides. Password files,
+//! ACL files and JWT plug in here later without the router or channel knowing.
+
+use hayate_codec::ReasonCode;
+use hayate_topic::matches_filter;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Who is asking.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    /// Client identifier (after assignment).
+    pub client_id: Arc<str>,
+    /// User name from CONNECT, if any.
+    pub username: Option<Arc<str>>,
+    /// Remote address, if the transport has one.
+    pub peer: Option<SocketAddr>,
+}
+
+/// Decides who may connect and what they may publish and subscribe to.
+pub trait AuthHook: Send + Sync + std::fmt::Debug {
+    /// `Ok(())` admits the client; `Err(code)` refuses it with that v5 reason code (mapped to
+    /// the v3 return code by the caller).
+    fn authenticate(&self, client: &ClientInfo, password: Option<&[u8]>) -> Result<(), ReasonCode>;
+    /// May `client` publish to `topic`?
+    fn authorize_publish(&self, client: &ClientInfo, topic: &str) -> bool;
+    /// May `client` subscribe to `filter`? (Shared subscriptions are asked with the inner filter.)
+    fn authorize_subscribe(&self, client: &ClientInfo, filter: &str) -> bool;
+}
+
+/// The built-in policy: anonymous access on or off, and deny lists of topic patterns.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StaticPolicy {
+    /// Admit clients that send no user name.
+    pub allow_anonymous: bool,
+    /// Subscriptions refused (SUBACK 0x87 / 0x80) when the requested filter matches one of these
+    /// patterns (MQTT filter syntax; `test/nosubscribe` refuses exactly that filter).
+    pub deny_subscribe: Vec<String>,
+    /// Publishes refused (v5 PUBACK/PUBREC 0x87; v3 acknowledged and dropped) when the topic
+    /// matches one of these patterns.
+    pub deny_publish: Vec<String>,
+}
+
+impl Default for StaticPolicy {
+    fn default() -> Self {
+        StaticPolicy { allow_anonymous: true, deny_subscribe: Vec::new(), deny_publish: Vec::new() }
+    }
+}
+
+impl AuthHook for StaticPolicy {
+    fn authenticate(&self, client: &ClientInfo, _password: Option<&[u8]>) -> Result<(), ReasonCode> {
+        if client.username.is_none() && !self.allow_anonymous {
+            return Err(ReasonCode::NOT_AUTHORIZED);
+        }
+        Ok(())
+    }
+
+    fn authorize_publish(&self, _client: &ClientInfo, topic: &str) -> bool {
+        !self.deny_publish.iter().any(|pattern| matches_filter(pattern, topic))
+    }
+
+    fn authorize_subscribe(&self, _client: &ClientInfo, filter: &str) -> bool {
+        !self.deny_subscribe.iter().any(|pattern| pattern == filter || matches_filter(pattern, filter))
+    }
+}

@@ -1,0 +1,164 @@
+//! Client-id registry: which session belongs to which client identifier, and the state a
+//! session keeps between connections (subscriptions, will, expiry) next to its
+//! [`hayate_session::Session`].
+//!
+//! Lock order: the registry map, then a session's state. A session's state is never held
+//! while taking the router's index locks (see `docs/ARCHITECTURE.md`, "Locks").
+
+use hayate_codec::{QoS, SubscriptionOptions, Will};
+use hayate_session::Session;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::Notify;
+
+/// A subscription as the session remembers it (the router holds the matching entry).
+#[derive(Debug, Clone, Copy)]
+pub struct SubscriptionRecord {
+    /// Options from SUBSCRIBE, QoS already capped to what was granted.
+    pub options: SubscriptionOptions,
+    /// Subscription identifier (v5), if given.
+    pub subscription_id: Option<u32>,
+}
+
+/// A will message waiting for its connection to end, or for its delay to pass.
+#[derive(Debug, Clone)]
+pub struct PendingWill {
+    /// The will from CONNECT.
+    pub will: Will,
+    /// Who published it (for ACL checks and No Local).
+    pub publisher: u64,
+}
+
+/// Everything a session keeps, guarded by one lock.
+#[derive(Debug)]
+pub struct SessionState {
+    /// Protocol state (queues, in-flight, packet ids).
+    pub session: Session,
+    /// Filters this session is subscribed to (full text, `$share/...` included).
+    pub subscriptions: HashMap<Box<str>, SubscriptionRecord>,
+    /// Connection currently attached (0 = none). A connection whose id differs has been taken
+    /// over and must stop.
+    pub owner: u64,
+    /// Bumped on every attach and detach; timers carry the epoch they were set in and do
+    /// nothing if it moved on.
+    pub epoch: u64,
+    /// Session Expiry Interval in seconds in force (0 = ends with the connection).
+    pub expiry_interval: u32,
+    /// Will of the attached connection, or a disconnected one whose delay has not passed.
+    pub will: Option<PendingWill>,
+    /// When the will is due after a disconnect (v5 Will Delay Interval).
+    pub will_due: Option<Instant>,
+    /// Set once the session is discarded; a cell in this state is never attached again.
+    pub ended: bool,
+    /// Doorbell of the attached connection: rung when messages are queued for it, or when
+    /// another connection takes the session over. Each connection brings its own, so a
+    /// takeover wakes exactly the connection being replaced.
+    pub doorbell: Option<Arc<Notify>>,
+}
+
+/// A session shared between the registry, the router (subscriptions point at it) and the
+/// connection attached to it.
+#[derive(Debug)]
+pub struct SessionCell {
+    /// Unique id of this session (never reused), the router's subscriber key.
+    pub id: u64,
+    /// Client identifier.
+    pub client_id: Arc<str>,
+    /// The state.
+    pub state: Mutex<SessionState>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh process-unique id, for sessions and connections.
+pub fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Client id → session.
+#[derive(Debug, Default)]
+pub struct Registry {
+    sessions: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
+}
+
+/// What [`Registry::open`] found.
+#[derive(Debug)]
+pub struct Opened {
+    /// The session the connection now owns.
+    pub cell: Arc<SessionCell>,
+    /// A session was resumed (CONNACK Session Present) [MQTT-3.2.2-2].
+    pub session_present: bool,
+    /// The previous session under this client id, when it was replaced (clean start) and must
+    /// now be ended by the caller (subscriptions removed, will published).
+    pub replaced: Option<Arc<SessionCell>>,
+}
+
+impl Registry {
+    /// Finds or creates the session for `client_id`. With `clean_start` any existing session is
+    /// replaced by a new one [MQTT-3.1.2-4]; otherwise it is resumed [MQTT-3.1.2-5].
+    pub fn open(
+        &self,
+        client_id: &Arc<str>,
+        clean_start: bool,
+        new_session: impl FnOnce() -> Session,
+    ) -> Opened {
+        let mut sessions = self.sessions.lock();
+        if let Some(existing) = sessions.get(client_id) {
+            if !clean_start && !existing.state.lock().ended {
+                return Opened { cell: existing.clone(), session_present: true, replaced: None };
+            }
+        }
+        let cell = Arc::new(SessionCell {
+            id: next_id(),
+            client_id: client_id.clone(),
+            state: Mutex::new(SessionState {
+                session: new_session(),
+                subscriptions: HashMap::new(),
+                owner: 0,
+                epoch: 0,
+                expiry_interval: 0,
+                will: None,
+                will_due: None,
+                ended: false,
+                doorbell: None,
+            }),
+        });
+        let replaced = sessions.insert(client_id.clone(), cell.clone());
+        Opened { cell, session_present: false, replaced }
+    }
+
+    /// Removes `cell` from the registry if it is still the session for its client id.
+    pub fn remove_if_current(&self, cell: &Arc<SessionCell>) -> bool {
+        let mut sessions = self.sessions.lock();
+        match sessions.get(&cell.client_id) {
+            Some(current) if Arc::ptr_eq(current, cell) => {
+                sessions.remove(&cell.client_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sessions registered.
+    pub fn len(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// True when no session is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The session for `client_id`, if any.
+    pub fn get(&self, client_id: &str) -> Option<Arc<SessionCell>> {
+        self.sessions.lock().get(client_id).cloned()
+    }
+}
+
+/// Caps a QoS at the granted maximum.
+pub fn min_qos(a: QoS, b: QoS) -> QoS {
+    a.min(b)
+}

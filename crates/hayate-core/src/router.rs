@@ -1,0 +1,328 @@
+//! Routing: the subscription index, shared-subscription groups, retained messages, and the
+//! fan-out of one message to the sessions whose subscriptions match it.
+//!
+//! The cost of routing a message depends on the topic's levels and the number of matches,
+//! never on the number of clients or subscriptions (the index is a hash map for exact filters
+//! plus a level trie for wildcards). The index sits behind a reader-writer lock: publishes only
+//! read it, so they never wait for each other; SUBSCRIBE/UNSUBSCRIBE take it briefly to write.
+//! No session lock is held while the index lock is taken.
+
+use crate::config::SharedStrategy;
+use crate::registry::{SessionCell, SubscriptionRecord};
+use hayate_codec::{QoS, SubscriptionOptions};
+use hayate_session::{Delivery, EnqueueOutcome, Message};
+use hayate_topic::{RetainedTree, SubscriptionIndex};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Doorbells to ring once the current batch of packets is processed. A publisher collects them
+/// across its whole read buffer and rings each once at the end. `Notify` keeps a permit, so a
+/// ring before the connection waits is not lost.
+pub type WakeList = Vec<Arc<tokio::sync::Notify>>;
+
+/// One subscription in the index.
+#[derive(Debug, Clone)]
+pub struct SubEntry {
+    /// The subscribing session.
+    pub cell: Arc<SessionCell>,
+    /// Options and identifier.
+    pub record: SubscriptionRecord,
+}
+
+/// A `$share/{group}/{filter}` group: its members and the cursor of its strategy.
+#[derive(Debug)]
+pub struct SharedGroup {
+    /// The full `$share/group/filter` text; also the tag on deliveries made through the group.
+    pub key: Arc<str>,
+    members: Mutex<Vec<SubEntry>>,
+    cursor: AtomicUsize,
+}
+
+/// Outcome of routing one message.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RouteOutcome {
+    /// Sessions the message was queued for.
+    pub delivered: usize,
+    /// Sessions that matched but dropped it (queue full, offline QoS 0).
+    pub dropped: usize,
+}
+
+/// The router. See the module docs.
+#[derive(Debug, Default)]
+pub struct Router {
+    index: RwLock<SubscriptionIndex<u64, SubEntry>>,
+    shared: RwLock<SubscriptionIndex<Arc<str>, Arc<SharedGroup>>>,
+    retained: RwLock<RetainedTree<Arc<Message>>>,
+    strategy: SharedStrategy,
+}
+
+/// A matched, per-client merged target of one message.
+struct Target {
+    cell: Arc<SessionCell>,
+    qos: QoS,
+    retain_as_published: bool,
+    subscription_ids: Vec<u32>,
+}
+
+impl Router {
+    /// A router whose shared groups use `strategy`.
+    pub fn new(strategy: SharedStrategy) -> Router {
+        Router { strategy, ..Router::default() }
+    }
+
+    /// Adds or replaces a subscription; returns true when it replaced an existing one
+    /// [MQTT-3.8.4-3]. `filter` is the full text (with `$share/...` for shared ones) and must
+    /// be valid.
+    pub fn subscribe(&self, filter: &str, entry: SubEntry) -> bool {
+        match hayate_topic::parse_shared(filter) {
+            Ok(Some(shared)) => {
+                let group_name: Arc<str> = Arc::from(shared.group);
+                let group = {
+                    let mut index = self.shared.write();
+                    match index.get(shared.filter, &group_name) {
+                        Some(group) => group.clone(),
+                        None => {
+                            let group = Arc::new(SharedGroup {
+                                key: Arc::from(filter),
+                                members: Mutex::new(Vec::new()),
+                                cursor: AtomicUsize::new(0),
+                            });
+                            index.insert(shared.filter, group_name, group.clone());
+                            group
+                        }
+                    }
+                };
+                let mut members = group.members.lock();
+                if let Some(existing) = members.iter_mut().find(|m| m.cell.id == entry.cell.id) {
+                    *existing = entry;
+                    true
+                } else {
+                    members.push(entry);
+                    false
+                }
+            }
+            _ => {
+                let id = entry.cell.id;
+                self.index.write().insert(filter, id, entry).is_some()
+            }
+        }
+    }
+
+    /// Removes a subscription; returns whether it existed.
+    pub fn unsubscribe(&self, filter: &str, session_id: u64) -> bool {
+        match hayate_topic::parse_shared(filter) {
+            Ok(Some(shared)) => {
+                let group_name: Arc<str> = Arc::from(shared.group);
+                let mut index = self.shared.write();
+                let Some(group) = index.get(shared.filter, &group_name).cloned() else {
+                    return false;
+                };
+                let mut members = group.members.lock();
+                let before = members.len();
+                members.retain(|m| m.cell.id != session_id);
+                let removed = members.len() != before;
+                if members.is_empty() {
+                    index.remove(shared.filter, &group_name);
+                }
+                removed
+            }
+            _ => self.index.write().remove(filter, &session_id).is_some(),
+        }
+    }
+
+    /// Number of (filter, session) subscriptions, shared members not included.
+    pub fn subscription_count(&self) -> usize {
+        self.index.read().len()
+    }
+
+    /// Queues `message` for every session with a matching subscription: one copy per session at
+    /// the highest granted QoS of its matching subscriptions, carrying all their subscription
+    /// identifiers [MQTT-3.3.4-3] [MQTT-3.3.4-5]; plus one member of each matching shared group
+    /// [MQTT-4.8.2-...]. Sessions that need waking are appended to `wake`.
+    pub fn route(&self, message: &Arc<Message>, wake: &mut WakeList) -> RouteOutcome {
+        let mut targets: Vec<Target> = Vec::new();
+        let mut groups: Vec<Arc<SharedGroup>> = Vec::new();
+        {
+            let index = self.index.read();
+            index.for_each_match(&message.topic, |_filter, _id, entry| {
+                add_target(&mut targets, entry, message);
+            });
+        }
+        merge_targets(&mut targets);
+        {
+            let shared = self.shared.read();
+            shared.for_each_match(&message.topic, |_filter, _group, group| {
+                groups.push(group.clone());
+            });
+        }
+        let mut outcome = RouteOutcome::default();
+        for target in targets {
+            let delivery = Delivery {
+                message: message.clone(),
+                qos: message.qos.min(target.qos),
+                retain: target.retain_as_published && message.retain,
+                subscription_ids: target.subscription_ids,
+                shared_group: None,
+            };
+            enqueue(&target.cell, delivery, wake, &mut outcome);
+        }
+        for group in groups {
+            self.deliver_to_group(&group, message, None, wake, &mut outcome);
+        }
+        outcome
+    }
+
+    /// Hands a message to one member of a shared group, skipping `exclude` (a member that went
+    /// away) and preferring members that are online.
+    fn deliver_to_group(
+        &self,
+        group: &SharedGroup,
+        message: &Arc<Message>,
+        exclude: Option<u64>,
+        wake: &mut WakeList,
+        outcome: &mut RouteOutcome,
+    ) {
+        let chosen = {
+            let members = group.members.lock();
+            let candidates: Vec<&SubEntry> =
+                members.iter().filter(|m| Some(m.cell.id) != exclude).collect();
+            if candidates.is_empty() {
+                return;
+            }
+            let start = match self.strategy {
+                SharedStrategy::RoundRobin => group.cursor.fetch_add(1, Ordering::Relaxed),
+                SharedStrategy::Random => rand::random::<u32>() as usize,
+                SharedStrategy::HashClientId => {
+                    message.publisher.unwrap_or(0).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize
+                }
+            };
+            let n = candidates.len();
+            // First online member from the strategy's pick onwards; else the pick itself.
+            let online = (0..n)
+                .map(|i| candidates[(start + i) % n])
+                .find(|m| m.cell.state.lock().session.is_attached());
+            online.unwrap_or(candidates[start % n]).clone()
+        };
+        let delivery = Delivery {
+            message: message.clone(),
+            qos: message.qos.min(chosen.record.options.qos),
+            retain: false,
+            subscription_ids: chosen.record.subscription_id.into_iter().collect(),
+            shared_group: Some(group.key.clone()),
+        };
+        enqueue(&chosen.cell, delivery, wake, outcome);
+    }
+
+    /// Gives deliveries that a departing member of shared groups had not completed to other
+    /// members of the same groups.
+    pub fn redistribute_shared(
+        &self,
+        from: u64,
+        deliveries: Vec<hayate_session::Delivery>,
+        wake: &mut WakeList,
+    ) -> RouteOutcome {
+        let mut outcome = RouteOutcome::default();
+        for delivery in deliveries {
+            let Some(key) = delivery.shared_group.as_ref() else { continue };
+            let Ok(Some(shared)) = hayate_topic::parse_shared(key) else { continue };
+            let group_name: Arc<str> = Arc::from(shared.group);
+            let group = self.shared.read().get(shared.filter, &group_name).cloned();
+            if let Some(group) = group {
+                self.deliver_to_group(&group, &delivery.message, Some(from), wake, &mut outcome);
+            }
+        }
+        outcome
+    }
+
+    // ----- retained --------------------------------------------------------------------------
+
+    /// Stores, replaces or (empty payload) clears the retained message of its topic
+    /// [MQTT-3.3.1-5] [MQTT-3.3.1-6] [MQTT-3.3.1-7]. Returns the number stored afterwards.
+    pub fn retain(&self, message: &Arc<Message>) -> usize {
+        let mut retained = self.retained.write();
+        if message.payload.is_empty() {
+            retained.remove(&message.topic);
+        } else {
+            retained.insert(&message.topic, message.clone());
+        }
+        retained.len()
+    }
+
+    /// Retained messages matching `filter`, not expired.
+    pub fn retained_matching(&self, filter: &str, now: Instant) -> Vec<Arc<Message>> {
+        let mut found = Vec::new();
+        self.retained.read().for_each_match(filter, |_topic, message| {
+            if !message.is_expired(now) {
+                found.push(message.clone());
+            }
+        });
+        found
+    }
+
+    /// Drops expired retained messages [MQTT-3.3.2-5]; returns how many.
+    pub fn prune_retained(&self, now: Instant) -> usize {
+        self.retained.write().retain(|_topic, message| !message.is_expired(now))
+    }
+
+    /// Retained messages stored.
+    pub fn retained_count(&self) -> usize {
+        self.retained.read().len()
+    }
+}
+
+/// Adds a matching subscription to the target list (merged per session later).
+fn add_target(targets: &mut Vec<Target>, entry: &SubEntry, message: &Message) {
+    let options: SubscriptionOptions = entry.record.options;
+    // [MQTT-3.8.3-3] No Local: never back to the connection that published it.
+    if options.no_local && message.publisher == Some(entry.cell.id) {
+        return;
+    }
+    targets.push(Target {
+        cell: entry.cell.clone(),
+        qos: options.qos,
+        retain_as_published: options.retain_as_published,
+        subscription_ids: entry.record.subscription_id.into_iter().collect(),
+    });
+}
+
+/// Merges targets of the same session (overlapping subscriptions) into one: highest QoS, every
+/// subscription identifier. Sorting keeps this O(m log m) in the number of matches.
+fn merge_targets(targets: &mut Vec<Target>) {
+    if targets.len() < 2 {
+        return;
+    }
+    targets.sort_unstable_by_key(|t| t.cell.id);
+    let mut merged: Vec<Target> = Vec::with_capacity(targets.len());
+    for target in targets.drain(..) {
+        match merged.last_mut() {
+            Some(last) if last.cell.id == target.cell.id => {
+                last.qos = last.qos.max(target.qos);
+                last.retain_as_published |= target.retain_as_published;
+                last.subscription_ids.extend(target.subscription_ids);
+            }
+            _ => merged.push(target),
+        }
+    }
+    *targets = merged;
+}
+
+fn enqueue(cell: &Arc<SessionCell>, delivery: Delivery, wake: &mut WakeList, outcome: &mut RouteOutcome) {
+    let mut state = cell.state.lock();
+    match state.session.enqueue(delivery) {
+        EnqueueOutcome::Queued { wake: needs_wake } => {
+            outcome.delivered += 1;
+            if needs_wake {
+                if let Some(doorbell) = &state.doorbell {
+                    wake.push(doorbell.clone());
+                }
+            }
+        }
+        EnqueueOutcome::DroppedQueueFull => {
+            outcome.dropped += 1;
+            tracing::debug!(client_id = %cell.client_id, "queue_full_message_dropped");
+        }
+        EnqueueOutcome::DroppedOffline => outcome.dropped += 1,
+    }
+}

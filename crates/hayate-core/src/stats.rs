@@ -1,0 +1,59 @@
+//! Broker-wide counters, published under `$SYS` with Mosquitto's names.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters updated by connections and the router. Relaxed atomics: each is an independent
+/// tally read for reporting only.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Clients currently connected.
+    pub clients_connected: AtomicU64,
+    /// Highest `clients_connected` seen.
+    pub clients_maximum: AtomicU64,
+    /// Network connections accepted in total.
+    pub connections_total: AtomicU64,
+    /// PUBLISH packets received from clients.
+    pub publish_received: AtomicU64,
+    /// PUBLISH packets sent to clients.
+    pub publish_sent: AtomicU64,
+    /// Messages dropped: queue full, offline QoS 0, expired, too large for the client.
+    pub publish_dropped: AtomicU64,
+    /// All packets received.
+    pub messages_received: AtomicU64,
+    /// All packets sent (PUBLISH only is counted by `publish_sent`; this adds control packets
+    /// where known).
+    pub messages_sent: AtomicU64,
+    /// Bytes read from clients.
+    pub bytes_received: AtomicU64,
+    /// Bytes written to clients.
+    pub bytes_sent: AtomicU64,
+    /// Retained messages stored.
+    pub retained: AtomicU64,
+    /// Subscriptions held.
+    pub subscriptions: AtomicU64,
+}
+
+impl Stats {
+    /// Adds to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        if n > 0 {
+            counter.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Marks a client connected and updates the maximum.
+    pub fn client_connected(&self) {
+        let now = self.clients_connected.fetch_add(1, Relaxed) + 1;
+        self.clients_maximum.fetch_max(now, Relaxed);
+    }
+
+    /// Marks a client disconnected.
+    pub fn client_disconnected(&self) {
+        self.clients_connected.fetch_sub(1, Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Relaxed)
+    }
+}

@@ -1,0 +1,156 @@
+//! The configuration file (TOML). Every table and key is documented in `hayate.toml` at the
+//! repository root, which a test loads so it cannot drift. Unknown keys are errors that name
+//! the key.
+
+use hayate_core::{BrokerConfig, StaticPolicy};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Listeners, threads, connection handling.
+    pub server: ServerConfig,
+    /// Protocol limits and behaviour.
+    pub broker: BrokerConfig,
+    /// Anonymous access and deny rules.
+    pub auth: StaticPolicy,
+}
+
+/// Network and process settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Addresses to listen on for MQTT over TCP.
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads; 0 means one per CPU core.
+    pub threads: usize,
+    /// Most simultaneous client connections; more are refused (CONNACK 0x97 / 0x03).
+    pub max_connections: usize,
+    /// Seconds a new connection may take to send CONNECT before it is closed.
+    pub connect_timeout_secs: u64,
+    /// Disable Nagle's algorithm on client sockets (low latency; on by default).
+    pub tcp_nodelay: bool,
+    /// Seconds between `$SYS` updates; 0 disables `$SYS`.
+    pub sys_interval_secs: u64,
+    /// Stop reading from a client while this many bytes wait to be written to it.
+    pub max_pending_write_bytes: usize,
+    /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing filter directive).
+    pub log_level: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 1883))],
+            threads: 0,
+            max_connections: 100_000,
+            connect_timeout_secs: 10,
+            tcp_nodelay: true,
+            sys_interval_secs: 10,
+            max_pending_write_bytes: 1024 * 1024,
+            log_level: "info".to_string(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The connect timeout as a duration.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout_secs.max(1))
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is invalid or has unknown keys (the message names them).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Parser message, with line and column.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error(transparent)]
+    Invalid(#[from] hayate_core::config::ConfigError),
+    /// No listener configured.
+    #[error("server.listen: at least one address is required")]
+    NoListener,
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Config::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Checks values serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.server.listen.is_empty() {
+            return Err(ConfigError::NoListener);
+        }
+        self.broker.validate()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_file_loads_and_matches_defaults_where_documented() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hayate.toml");
+        let config = Config::load(&path).expect("hayate.toml must stay valid");
+        let defaults = Config::default();
+        assert_eq!(config.server.listen, defaults.server.listen);
+        assert_eq!(config.broker.max_packet_size, defaults.broker.max_packet_size);
+        assert_eq!(config.broker.receive_maximum, defaults.broker.receive_maximum);
+        assert_eq!(config.server.max_connections, defaults.server.max_connections);
+        assert!(config.auth.allow_anonymous);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_the_key() {
+        let error = Config::from_toml("[broker]\nmax_pakcet_size = 10\n", "test").unwrap_err();
+        assert!(error.to_string().contains("max_pakcet_size"), "{error}");
+        let error = Config::from_toml("[nonsense]\n", "test").unwrap_err();
+        assert!(error.to_string().contains("nonsense"), "{error}");
+    }
+
+    #[test]
+    fn out_of_range_value_is_an_error() {
+        let error = Config::from_toml("[broker]\nreceive_maximum = 0\n", "test").unwrap_err();
+        assert!(error.to_string().contains("receive_maximum"), "{error}");
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let config = Config::from_toml("", "test").unwrap();
+        assert_eq!(config.server.listen[0].port(), 1883);
+        assert!(config.server.tcp_nodelay);
+    }
+}

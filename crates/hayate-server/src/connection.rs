@@ -1,0 +1,243 @@
+//! One task per client connection: read, decode, hand packets to the channel, ring doorbells,
+//! write. Waits on socket readiness, the session's doorbell, one deadline (connect timeout or
+//! keep alive) and shutdown — nothing else per connection.
+
+use crate::config::Config;
+use bytes::BytesMut;
+use hayate_codec::{decode, ReasonCode};
+use hayate_core::stats::Stats;
+use hayate_core::{Broker, Channel, Close, ConnectionInfo, OutBuf, WakeList};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Read at most this much per wake before letting other tasks run (fairness).
+const READ_BUDGET: usize = 256 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+/// How long a closing connection may take to flush its last bytes.
+const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Per-connection settings derived from the configuration once.
+#[derive(Debug)]
+pub(crate) struct ConnectionSettings {
+    pub max_connections: usize,
+    pub tcp_nodelay: bool,
+    pub connect_timeout: Duration,
+    pub max_packet_size: u32,
+    pub max_pending_write_bytes: usize,
+}
+
+impl ConnectionSettings {
+    pub fn from_config(config: &Config) -> ConnectionSettings {
+        ConnectionSettings {
+            max_connections: config.server.max_connections,
+            tcp_nodelay: config.server.tcp_nodelay,
+            connect_timeout: config.server.connect_timeout(),
+            max_packet_size: config.broker.max_packet_size,
+            max_pending_write_bytes: config.server.max_pending_write_bytes.max(64 * 1024),
+        }
+    }
+}
+
+struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    settings: Arc<ConnectionSettings>,
+    channel: Channel,
+    /// Bytes of a partial packet. Dropped when empty so an idle connection holds no buffer.
+    read_buf: BytesMut,
+    out: OutBuf,
+    wake: WakeList,
+    last_read: Instant,
+}
+
+pub(crate) async fn run_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    settings: Arc<ConnectionSettings>,
+    over_capacity: bool,
+    shutdown: watch::Receiver<bool>,
+) {
+    let info = ConnectionInfo { peer: Some(peer), over_capacity };
+    let channel = Channel::new(broker.clone(), info);
+    let mut connection = Connection {
+        stream,
+        peer,
+        broker,
+        settings,
+        channel,
+        read_buf: BytesMut::new(),
+        out: OutBuf::new(),
+        wake: WakeList::new(),
+        last_read: Instant::now(),
+    };
+    let close = connection.serve(shutdown).await;
+    connection.close(close).await;
+}
+
+impl Connection {
+    async fn serve(&mut self, mut shutdown: watch::Receiver<bool>) -> Option<Close> {
+        let connect_deadline = Instant::now() + self.settings.connect_timeout;
+        let doorbell = self.channel.doorbell().clone();
+        loop {
+            if let Err(error) = self.flush() {
+                tracing::debug!(peer = %self.peer, %error, "write_failed");
+                return None;
+            }
+            let backlogged = self.out.len() >= self.settings.max_pending_write_bytes;
+            let mut interest = if backlogged { None } else { Some(Interest::READABLE) };
+            if !self.out.is_empty() {
+                interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));
+            }
+            let Some(interest) = interest else { continue };
+            let deadline = match (self.channel.is_connected(), self.channel.keep_alive_timeout()) {
+                (false, _) => connect_deadline,
+                (true, Some(timeout)) => self.last_read + timeout,
+                (true, None) => Instant::now() + Duration::from_secs(3600),
+            };
+            tokio::select! {
+                ready = self.stream.ready(interest) => {
+                    let ready = match ready {
+                        Ok(ready) => ready,
+                        Err(_) => return None,
+                    };
+                    if ready.is_readable() || ready.is_read_closed() {
+                        if let Some(close) = self.read_and_process()? {
+                            return Some(close);
+                        }
+                    }
+                }
+                _ = doorbell.notified(), if self.channel.is_connected() && !backlogged => {
+                    let now = Instant::now().into_std();
+                    if let Err(close) = self.channel.poll_transmit(now, &mut self.out) {
+                        return Some(close);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if !self.channel.is_connected() {
+                        tracing::info!(peer = %self.peer, "connect_timeout");
+                        return None;
+                    }
+                    if Instant::now() >= self.last_read + self.channel.keep_alive_timeout().unwrap_or_default() {
+                        // [MQTT-3.1.2-24] nothing received for 1.5 × keep alive.
+                        tracing::info!(peer = %self.peer, client_id = ?self.channel.client_id(), "keep_alive_timeout");
+                        return Some(self.channel.close_with(ReasonCode::KEEP_ALIVE_TIMEOUT, "keep_alive_timeout", &mut self.out));
+                    }
+                }
+                _ = shutdown.changed() => {
+                    return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, "server_shutdown", &mut self.out));
+                }
+            }
+        }
+    }
+
+    /// Reads what the socket has (up to a budget), decodes and handles every complete packet,
+    /// then rings the doorbells of the sessions that got messages — once each per batch.
+    /// `None` (outer) means the socket is gone; `Some(Some(close))` means close it.
+    fn read_and_process(&mut self) -> Option<Option<Close>> {
+        let mut read_total = 0;
+        let mut eof = false;
+        while read_total < READ_BUDGET {
+            if self.read_buf.capacity() - self.read_buf.len() < READ_CHUNK / 4 {
+                self.read_buf.reserve(READ_CHUNK);
+            }
+            match self.stream.try_read_buf(&mut self.read_buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => read_total += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if read_total > 0 {
+            self.last_read = Instant::now();
+            Stats::add(&self.broker.stats.bytes_received, read_total as u64);
+        }
+        let now = Instant::now().into_std();
+        let mut close = None;
+        loop {
+            match decode(&mut self.read_buf, self.channel.version(), self.settings.max_packet_size) {
+                Ok(Some(packet)) => {
+                    if let Err(c) = self.channel.handle_packet(packet, now, &mut self.out, &mut self.wake) {
+                        close = Some(c);
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::info!(peer = %self.peer, client_id = ?self.channel.client_id(), %error, "malformed_packet");
+                    close = Some(self.channel.decode_error(error, &mut self.out));
+                    break;
+                }
+            }
+        }
+        self.ring_doorbells();
+        if self.read_buf.is_empty() {
+            // Keep no buffer while idle.
+            self.read_buf = BytesMut::new();
+        }
+        match (close, eof) {
+            (Some(close), _) => Some(Some(close)),
+            (None, true) => None,
+            (None, false) => Some(None),
+        }
+    }
+
+    fn ring_doorbells(&mut self) {
+        for doorbell in self.wake.drain(..) {
+            doorbell.notify_one();
+        }
+    }
+
+    /// Writes as much of the output as the socket takes now, in vectored writes.
+    fn flush(&mut self) -> io::Result<()> {
+        while !self.out.is_empty() {
+            let mut slices = [IoSlice::new(&[]); 64];
+            let count = self.out.io_slices(&mut slices);
+            match self.stream.try_write_vectored(&slices[..count]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    Stats::add(&self.broker.stats.bytes_sent, n as u64);
+                    self.out.advance(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes what is owed (a DISCONNECT, a refused CONNACK), closes, and lets the channel
+    /// settle the session and will.
+    async fn close(&mut self, close: Option<Close>) {
+        if let Some(close) = close {
+            tracing::debug!(peer = %self.peer, client_id = ?self.channel.client_id(), reason = %close.reason, event = close.event, "connection_closing");
+            let flush = async {
+                while !self.out.is_empty() {
+                    if self.stream.writable().await.is_err() || self.flush().is_err() {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, flush).await;
+        }
+        let mut wake = WakeList::new();
+        self.channel.finish(Instant::now().into_std(), &mut wake);
+        wake.iter().for_each(|doorbell| doorbell.notify_one());
+    }
+}

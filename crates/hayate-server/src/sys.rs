@@ -1,0 +1,85 @@
+//! `$SYS/broker/...` statistics, published with Mosquitto's topic names.
+
+use hayate_core::stats::Stats;
+use hayate_core::Broker;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Exponentially weighted per-minute rates over 1, 5 and 15 minutes, as Mosquitto's
+/// `$SYS/broker/load/...` topics report.
+struct Load {
+    name: &'static str,
+    last: u64,
+    averages: [f64; 3],
+}
+
+impl Load {
+    fn new(name: &'static str) -> Load {
+        Load { name, last: 0, averages: [0.0; 3] }
+    }
+
+    /// Folds in the counter's new value after `interval`.
+    fn update(&mut self, value: u64, interval: Duration) {
+        let per_minute = (value.saturating_sub(self.last)) as f64 * 60.0 / interval.as_secs_f64();
+        self.last = value;
+        for (average, minutes) in self.averages.iter_mut().zip([1.0, 5.0, 15.0]) {
+            let alpha = 1.0 - (-interval.as_secs_f64() / (60.0 * minutes)).exp();
+            *average += alpha * (per_minute - *average);
+        }
+    }
+}
+
+pub(crate) async fn sys_loop(broker: Arc<Broker>, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    broker.publish_internal(
+        "$SYS/broker/version",
+        format!("hayate version {}", env!("CARGO_PKG_VERSION")).into(),
+        true,
+    );
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stats = &broker.stats;
+    let mut loads = [
+        (Load::new("messages/received"), &stats.messages_received),
+        (Load::new("messages/sent"), &stats.publish_sent),
+        (Load::new("publish/received"), &stats.publish_received),
+        (Load::new("publish/sent"), &stats.publish_sent),
+        (Load::new("publish/dropped"), &stats.publish_dropped),
+        (Load::new("bytes/received"), &stats.bytes_received),
+        (Load::new("bytes/sent"), &stats.bytes_sent),
+        (Load::new("connections"), &stats.connections_total),
+    ];
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let uptime = tokio::time::Instant::now().into_std().saturating_duration_since(broker.started_at);
+        let publish = |topic: &str, value: String| broker.publish_internal(topic, value.into(), true);
+        let counter = |counter: &AtomicU64| Stats::get(counter).to_string();
+        publish("$SYS/broker/uptime", format!("{} seconds", uptime.as_secs()));
+        let connected = Stats::get(&stats.clients_connected);
+        let total = broker.registry.len() as u64;
+        publish("$SYS/broker/clients/connected", connected.to_string());
+        publish("$SYS/broker/clients/active", connected.to_string());
+        publish("$SYS/broker/clients/total", total.max(connected).to_string());
+        publish("$SYS/broker/clients/disconnected", total.saturating_sub(connected).to_string());
+        publish("$SYS/broker/clients/maximum", counter(&stats.clients_maximum));
+        publish("$SYS/broker/messages/received", counter(&stats.messages_received));
+        publish("$SYS/broker/messages/sent", counter(&stats.publish_sent));
+        publish("$SYS/broker/publish/messages/received", counter(&stats.publish_received));
+        publish("$SYS/broker/publish/messages/sent", counter(&stats.publish_sent));
+        publish("$SYS/broker/publish/messages/dropped", counter(&stats.publish_dropped));
+        publish("$SYS/broker/bytes/received", counter(&stats.bytes_received));
+        publish("$SYS/broker/bytes/sent", counter(&stats.bytes_sent));
+        publish("$SYS/broker/retained messages/count", broker.router.retained_count().to_string());
+        publish("$SYS/broker/subscriptions/count", counter(&stats.subscriptions));
+        for (load, source) in loads.iter_mut() {
+            load.update(Stats::get(source), interval);
+            for (average, window) in load.averages.iter().zip(["1min", "5min", "15min"]) {
+                publish(&format!("$SYS/broker/load/{}/{}", load.name, window), format!("{average:.2}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Application messages and their delivery to one subscriber.
+
+use bytes::{Bytes, BytesMut};
+use hayate_codec::{encode_publish_header, ByteStr, Properties, ProtocolVersion, QoS};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The v5 properties a message carries from its publisher to its subscribers: payload format
+/// indicator, content type, response topic, correlation data and user properties
+/// [MQTT-3.3.2-4] [MQTT-3.3.2-20] [MQTT-3.3.2-17]. Message expiry is kept as
+/// [`Message::expires_at`] and recomputed per delivery; topic alias and subscription
+/// identifiers are per connection and never forwarded.
+pub type MessageProperties = Properties;
+
+/// An application message after it has been accepted from a publisher (or a will, or a
+/// retained message). Shared by `Arc` across every subscriber it is delivered to.
+#[derive(Debug)]
+pub struct Message {
+    /// Topic name (never an alias; aliases are resolved on the way in).
+    pub topic: ByteStr,
+    /// Payload, shared with every delivery.
+    pub payload: Bytes,
+    /// QoS it was published with.
+    pub qos: QoS,
+    /// Retain flag it was published with.
+    pub retain: bool,
+    /// Forwarded v5 properties (see [`MessageProperties`]).
+    pub properties: MessageProperties,
+    /// When the message expires, from its Message Expiry Interval [MQTT-3.3.2-5].
+    pub expires_at: Option<Instant>,
+    /// Session that published it, for No Local [MQTT-3.8.3-3]; `None` for broker-made messages.
+    pub publisher: Option<u64>,
+    /// Encoded PUBLISH headers, one per distinct wire form, made on first use and then shared by
+    /// every subscriber that receives that form. Lazily allocated: most messages use one form.
+    encoded: Mutex<Vec<(u8, EncodedHeader)>>,
+}
+
+/// A PUBLISH fixed + variable header encoded once, with the place of its packet identifier.
+#[derive(Debug, Clone)]
+struct EncodedHeader {
+    bytes: Bytes,
+    packet_id_offset: Option<usize>,
+}
+
+impl Message {
+    /// Builds a message. `properties` should hold only forwardable properties.
+    pub fn new(
+        topic: ByteStr,
+        payload: Bytes,
+        qos: QoS,
+        retain: bool,
+        properties: MessageProperties,
+        expires_at: Option<Instant>,
+        publisher: Option<u64>,
+    ) -> Message {
+        Message {
+            topic,
+            payload,
+            qos,
+            retain,
+            properties,
+            expires_at,
+            publisher,
+            encoded: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// True once the message's expiry interval has passed.
+    pub fn is_expired(&self, now: Instant) -> bool {
+        self.expires_at.is_some_and(|at| now >= at)
+    }
+
+    /// The remaining Message Expiry Interval in whole seconds (rounded up) to send on, or `None`
+    /// when the message does not expire [MQTT-3.3.2-6].
+    pub fn remaining_expiry(&self, now: Instant) -> Option<u32> {
+        self.expires_at.map(|at| {
+            let left = at.saturating_duration_since(now);
+            let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            u32::try_from(secs).unwrap_or(u32::MAX)
+        })
+    }
+
+    /// Appends this message as a PUBLISH in the given common wire form (no per-subscriber
+    /// properties) to `out`, reusing the cached header bytes; only packet id and DUP differ.
+    /// Returns the total packet length, or `None` when it exceeds `max_packet_size`.
+    pub(crate) fn write_shared_form(
+        &self,
+        version: ProtocolVersion,
+        qos: QoS,
+        retain: bool,
+        packet_id: Option<u16>,
+        dup: bool,
+        max_packet_size: u32,
+        out: &mut crate::OutBuf,
+    ) -> Option<usize> {
+        let header = self.header_for(version, qos, retain)?;
+        let total = header.bytes.len() + self.payload.len();
+        if total > max_packet_size as usize {
+            return None;
+        }
+        let start = out.tail_len();
+        out.put_slice(&header.bytes);
+        if dup {
+            out.patch_tail(start, 0x30 | 0x08 | ((qos as u8) << 1) | u8::from(retain));
+        }
+        if let (Some(offset), Some(id)) = (header.packet_id_offset, packet_id) {
+            let id = id.to_be_bytes();
+            out.patch_tail(start + offset, id[0]);
+            out.patch_tail(start + offset + 1, id[1]);
+        }
+        out.put_bytes(self.payload.clone());
+        Some(total)
+    }
+
+    fn header_for(&self, version: ProtocolVersion, qos: QoS, retain: bool) -> Option<EncodedHeader> {
+        let form = (u8::from(version.is_v5()) << 3) | ((qos as u8) << 1) | u8::from(retain);
+        let mut cache = self.encoded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, header)) = cache.iter().find(|(f, _)| *f == form) {
+            return Some(header.clone());
+        }
+        let placeholder = if qos == QoS::AtMostOnce { None } else { std::num::NonZeroU16::new(1) };
+        let empty = Properties::default();
+        let properties = if version.is_v5() { &self.properties } else { &empty };
+        let mut buf = BytesMut::new();
+        encode_publish_header(
+            version,
+            false,
+            qos,
+            retain,
+            self.topic.as_bytes(),
+            placeholder,
+            properties,
+            self.payload.len(),
+            &mut buf,
+        )
+        .ok()?;
+        // Fixed header (type byte + remaining length) + topic length prefix + topic.
+        let packet_id_offset = match placeholder {
+            None => None,
+            Some(_) => {
+                let (_, remaining_len_bytes) = hayate_codec::read_variable_int(&buf[1..]).ok()??;
+                Some(1 + remaining_len_bytes + 2 + self.topic.len())
+            }
+        };
+        let header = EncodedHeader { bytes: buf.freeze(), packet_id_offset };
+        cache.push((form, header.clone()));
+        Some(header)
+    }
+}
+
+/// One message on its way to one subscriber session, with what the subscription decided.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The shared message.
+    pub message: Arc<Message>,
+    /// QoS to deliver at: the minimum of the published QoS and the granted QoS [MQTT-3.8.4-8].
+    pub qos: QoS,
+    /// Retain flag to send: set for retained messages sent on subscribe [MQTT-3.3.1-8], or the
+    /// published flag under Retain As Published [MQTT-3.3.1-12], otherwise clear [MQTT-3.3.1-9].
+    pub retain: bool,
+    /// Identifiers of every matching subscription that carried one [MQTT-3.3.4-3].
+    pub subscription_ids: Vec<u32>,
+    /// For deliveries through a shared subscription: the group's key, so the message can be
+    /// handed to another member if this one goes away before acknowledging it.
+    pub shared_group: Option<Arc<str>>,
+}
+
+impl Delivery {
+    /// Bytes this delivery holds on to, for queue accounting.
+    pub fn weight(&self) -> usize {
+        self.message.payload.len() + self.message.topic.len()
+    }
+}

@@ -1,0 +1,610 @@
+//! The per-client session state machine.
+
+use crate::message::Delivery;
+use crate::outbuf::OutBuf;
+use hayate_codec::{
+    encode, encode_publish_header, publish_header_len, ByteStr, Packet, PacketId, Properties,
+    ProtocolVersion, PubResp, Publish, QoS, ReasonCode,
+};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+use thiserror::Error;
+
+/// Stop filling the output buffer past this many bytes in one `poll_transmit`; the caller
+/// writes and polls again, so one subscriber's backlog never becomes one giant buffer.
+const TRANSMIT_BUDGET_BYTES: usize = 256 * 1024;
+
+/// Limits that bound one session's memory; from the broker's configuration.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    /// Most messages held for the client (waiting plus in flight). Further messages are dropped
+    /// and counted.
+    pub max_queued_messages: usize,
+    /// Most payload + topic bytes held for the client (waiting plus in flight).
+    pub max_queued_bytes: usize,
+    /// Most outbound QoS 1/2 messages in flight; the window is the smaller of this and the
+    /// client's Receive Maximum (v5). For v3 clients this is the window.
+    pub max_inflight: u16,
+    /// Whether QoS 0 messages are queued for a persistent session while its client is offline.
+    pub queue_qos0_offline: bool,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_queued_messages: 100_000,
+            max_queued_bytes: 64 * 1024 * 1024,
+            max_inflight: 1024,
+            queue_qos0_offline: false,
+        }
+    }
+}
+
+/// What was negotiated for the current network connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionParams {
+    /// Protocol level of the connection.
+    pub version: ProtocolVersion,
+    /// The client's Receive Maximum (65,535 when absent) [MQTT-3.1.2-... 3.3.4-9].
+    pub client_receive_maximum: u16,
+    /// The client's Maximum Packet Size (`u32::MAX` when absent) [MQTT-3.1.2-24].
+    pub client_maximum_packet_size: u32,
+    /// The client's Topic Alias Maximum (0 when absent) [MQTT-3.1.2-26].
+    pub client_topic_alias_maximum: u16,
+    /// The Receive Maximum the server announced in CONNACK.
+    pub server_receive_maximum: u16,
+    /// The Topic Alias Maximum the server announced in CONNACK.
+    pub server_topic_alias_maximum: u16,
+    /// Whether the server assigns topic aliases on outbound PUBLISH packets.
+    pub assign_outbound_aliases: bool,
+}
+
+/// Why a client's packet breaks the protocol; each maps to a v5 reason code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SessionError {
+    /// More QoS 2 publishes awaiting PUBREL than the server's Receive Maximum [MQTT-3.3.4-9].
+    #[error("[MQTT-3.3.4-9] receive maximum exceeded")]
+    ReceiveMaximumExceeded,
+    /// Topic alias 0 or above the announced maximum [MQTT-3.3.2-8] [MQTT-3.3.2-9].
+    #[error("[MQTT-3.3.2-9] topic alias out of range")]
+    TopicAliasInvalid,
+    /// Empty topic with an alias that has no mapping, or an empty topic without an alias.
+    #[error("[MQTT-3.3.4-... ] empty topic name without a known topic alias")]
+    UnknownTopicAlias,
+}
+
+impl SessionError {
+    /// The v5 DISCONNECT reason code for this error.
+    pub fn reason_code(self) -> ReasonCode {
+        match self {
+            SessionError::ReceiveMaximumExceeded => ReasonCode::RECEIVE_MAXIMUM_EXCEEDED,
+            SessionError::TopicAliasInvalid => ReasonCode::TOPIC_ALIAS_INVALID,
+            SessionError::UnknownTopicAlias => ReasonCode::PROTOCOL_ERROR,
+        }
+    }
+}
+
+/// What to do with an inbound PUBLISH the session accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundPublish {
+    /// New message: route it, then acknowledge it according to its QoS.
+    Route,
+    /// A QoS 2 message whose packet id is already awaiting PUBREL: acknowledge again with
+    /// PUBREC but do not route it a second time (exactly once) [MQTT-4.3.3-10].
+    DuplicateQos2,
+}
+
+/// Result of offering a delivery to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// Queued. `wake` is true when the connection should be woken to send it (it is attached
+    /// and had nothing waiting before).
+    Queued {
+        /// Whether the owner should be woken.
+        wake: bool,
+    },
+    /// Dropped because the queue is at its message or byte limit.
+    DroppedQueueFull,
+    /// Dropped: QoS 0 for a client that is offline.
+    DroppedOffline,
+}
+
+/// Where an outbound QoS 1/2 message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutflightState {
+    /// QoS 1 PUBLISH sent, waiting for PUBACK.
+    AwaitPubAck,
+    /// QoS 2 PUBLISH sent, waiting for PUBREC.
+    AwaitPubRec,
+    /// PUBREL sent, waiting for PUBCOMP.
+    AwaitPubComp,
+}
+
+#[derive(Debug)]
+struct Outflight {
+    /// The message; dropped once PUBREC arrives (only the id matters after that).
+    delivery: Option<Delivery>,
+    state: OutflightState,
+    /// Send order, so resends after reconnect keep the original order [MQTT-4.6.0-1].
+    seq: u64,
+}
+
+/// What a `poll_transmit` call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TransmitReport {
+    /// PUBLISH packets written.
+    pub published: usize,
+    /// Messages dropped because they expired while queued [MQTT-3.3.2-5].
+    pub expired: usize,
+    /// Messages dropped because they exceed the client's Maximum Packet Size [MQTT-3.1.2-25].
+    pub too_large: usize,
+}
+
+/// One client's session state. See the crate docs.
+#[derive(Debug)]
+pub struct Session {
+    limits: SessionLimits,
+    connection: Option<ConnectionParams>,
+    /// Deliveries waiting for an in-flight slot (or for the client to come back).
+    pending: VecDeque<Delivery>,
+    /// Payload + topic bytes held in `pending` and `inflight`.
+    held_bytes: usize,
+    inflight: HashMap<u16, Outflight>,
+    /// Packet ids to send again, in order: filled when a connection attaches.
+    resend: VecDeque<u16>,
+    /// PUBREL packets to send (from PUBREC handling).
+    pubrel_out: VecDeque<PubResp>,
+    next_packet_id: u16,
+    next_seq: u64,
+    /// Inbound QoS 2 packet ids for which PUBREC was sent and PUBREL is awaited.
+    inbound_qos2: HashSet<u16>,
+    inbound_aliases: HashMap<u16, ByteStr>,
+    outbound_aliases: HashMap<ByteStr, u16>,
+}
+
+impl Session {
+    /// A new, empty session.
+    pub fn new(limits: SessionLimits) -> Session {
+        Session {
+            limits,
+            connection: None,
+            pending: VecDeque::new(),
+            held_bytes: 0,
+            inflight: HashMap::new(),
+            resend: VecDeque::new(),
+            pubrel_out: VecDeque::new(),
+            next_packet_id: 1,
+            next_seq: 0,
+            inbound_qos2: HashSet::new(),
+            inbound_aliases: HashMap::new(),
+            outbound_aliases: HashMap::new(),
+        }
+    }
+
+    /// Starts a network connection on this session. Topic aliases start empty (they belong to
+    /// a connection [MQTT-3.3.2-7]); every unacknowledged outbound QoS 1/2 message is queued to
+    /// be sent again with DUP set, and every PUBREL again, in the original order
+    /// [MQTT-4.4.0-1] [MQTT-4.4.0-2].
+    pub fn attach(&mut self, params: ConnectionParams) {
+        self.connection = Some(params);
+        self.inbound_aliases.clear();
+        self.outbound_aliases.clear();
+        self.pubrel_out.clear();
+        let mut ids: Vec<(u64, u16)> = self.inflight.iter().map(|(id, f)| (f.seq, *id)).collect();
+        ids.sort_unstable();
+        self.resend = ids.into_iter().map(|(_, id)| id).collect();
+    }
+
+    /// Ends the current network connection; the state stays for the next one.
+    pub fn detach(&mut self) {
+        self.connection = None;
+        self.resend.clear();
+        self.pubrel_out.clear();
+    }
+
+    /// True while a network connection is attached.
+    pub fn is_attached(&self) -> bool {
+        self.connection.is_some()
+    }
+
+    /// The current connection's parameters.
+    pub fn connection(&self) -> Option<&ConnectionParams> {
+        self.connection.as_ref()
+    }
+
+    /// Messages held (waiting plus in flight).
+    pub fn held_messages(&self) -> usize {
+        self.pending.len() + self.inflight.len()
+    }
+
+    /// Outbound QoS 1/2 messages in flight.
+    pub fn inflight_len(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// True when `poll_transmit` may have something to write.
+    pub fn wants_transmit(&self) -> bool {
+        self.connection.is_some()
+            && (!self.resend.is_empty()
+                || !self.pubrel_out.is_empty()
+                || (!self.pending.is_empty() && self.inflight.len() < usize::from(self.window())))
+    }
+
+    fn window(&self) -> u16 {
+        let client = self.connection.as_ref().map_or(u16::MAX, |c| c.client_receive_maximum);
+        client.min(self.limits.max_inflight).max(1)
+    }
+
+    /// Offers a delivery. Enforces the queue limits; see [`EnqueueOutcome`].
+    pub fn enqueue(&mut self, delivery: Delivery) -> EnqueueOutcome {
+        if self.connection.is_none()
+            && delivery.qos == QoS::AtMostOnce
+            && !self.limits.queue_qos0_offline
+        {
+            return EnqueueOutcome::DroppedOffline;
+        }
+        let weight = delivery.weight();
+        if self.held_messages() >= self.limits.max_queued_messages
+            || self.held_bytes + weight > self.limits.max_queued_bytes
+        {
+            return EnqueueOutcome::DroppedQueueFull;
+        }
+        let was_idle = self.pending.is_empty();
+        self.held_bytes += weight;
+        self.pending.push_back(delivery);
+        EnqueueOutcome::Queued { wake: was_idle && self.connection.is_some() }
+    }
+
+    /// Takes every delivery that came through a shared subscription and is not yet past the
+    /// point of no return (waiting, or QoS 1/2 sent but not acknowledged), so the broker can
+    /// hand them to another member of the group when this client goes away.
+    pub fn take_shared_deliveries(&mut self) -> Vec<Delivery> {
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.pending.len());
+        for delivery in self.pending.drain(..) {
+            if delivery.shared_group.is_some() && delivery.qos != QoS::AtMostOnce {
+                taken.push(delivery);
+            } else {
+                kept.push_back(delivery);
+            }
+        }
+        self.pending = kept;
+        let ids: Vec<u16> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| {
+                f.state != OutflightState::AwaitPubComp
+                    && f.delivery.as_ref().is_some_and(|d| d.shared_group.is_some())
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some(delivery) = self.inflight.remove(&id).and_then(|f| f.delivery) {
+                taken.push(delivery);
+            }
+        }
+        for delivery in &taken {
+            self.held_bytes = self.held_bytes.saturating_sub(delivery.weight());
+        }
+        taken
+    }
+
+    /// Drops every held message (used when a session is discarded).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+        self.inflight.clear();
+        self.resend.clear();
+        self.pubrel_out.clear();
+        self.inbound_qos2.clear();
+        self.held_bytes = 0;
+    }
+
+    // ----- inbound -------------------------------------------------------------------------
+
+    /// Checks an inbound PUBLISH against session state: resolves and records topic aliases
+    /// (v5), enforces the server's Receive Maximum, and recognises QoS 2 retransmissions.
+    /// On `Ok(Route)` the publish's `topic` holds the real topic name.
+    pub fn handle_inbound_publish(
+        &mut self,
+        publish: &mut Publish,
+    ) -> Result<InboundPublish, SessionError> {
+        if let Some(alias) = publish.properties.topic_alias {
+            let max = self.connection.as_ref().map_or(0, |c| c.server_topic_alias_maximum);
+            // [MQTT-3.3.2-8] alias 0 is invalid; [MQTT-3.3.2-9] above our maximum is invalid.
+            if alias == 0 || alias > max {
+                return Err(SessionError::TopicAliasInvalid);
+            }
+            if publish.topic.is_empty() {
+                match self.inbound_aliases.get(&alias) {
+                    Some(topic) => publish.topic = topic.clone(),
+                    None => return Err(SessionError::UnknownTopicAlias),
+                }
+            } else {
+                self.inbound_aliases.insert(alias, publish.topic.clone());
+            }
+            publish.properties.topic_alias = None;
+        } else if publish.topic.is_empty() {
+            return Err(SessionError::UnknownTopicAlias);
+        }
+        if publish.qos == QoS::ExactlyOnce {
+            let Some(id) = publish.packet_id else { return Ok(InboundPublish::Route) };
+            if self.inbound_qos2.contains(&id.get()) {
+                return Ok(InboundPublish::DuplicateQos2);
+            }
+            let max = self.connection.as_ref().map_or(u16::MAX, |c| c.server_receive_maximum);
+            if self.inbound_qos2.len() >= usize::from(max) {
+                return Err(SessionError::ReceiveMaximumExceeded);
+            }
+            self.inbound_qos2.insert(id.get());
+        }
+        Ok(InboundPublish::Route)
+    }
+
+    /// Forgets an inbound QoS 2 message whose PUBREC was refused (v5 error reason), so the id
+    /// can be reused.
+    pub fn forget_inbound_qos2(&mut self, id: PacketId) {
+        self.inbound_qos2.remove(&id.get());
+    }
+
+    /// PUBREL from the client: returns whether the packet id was awaiting release. The caller
+    /// answers PUBCOMP either way (v5 with 0x92 when unknown) [MQTT-4.3.3-11].
+    pub fn handle_pubrel(&mut self, id: PacketId) -> bool {
+        self.inbound_qos2.remove(&id.get())
+    }
+
+    /// PUBACK from the client: frees the in-flight slot. Returns false for an unknown id.
+    pub fn handle_puback(&mut self, id: PacketId) -> bool {
+        match self.inflight.get(&id.get()) {
+            Some(f) if f.state == OutflightState::AwaitPubAck => {
+                self.release(id.get());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// PUBREC from the client. On success the message is settled and PUBREL queued; with an
+    /// error reason (v5) the flow ends here [MQTT-4.3.3-4]. For an unknown id a PUBREL with
+    /// reason 0x92 is queued. Returns false for an unknown id.
+    pub fn handle_pubrec(&mut self, id: PacketId, reason: ReasonCode) -> bool {
+        let known = match self.inflight.get_mut(&id.get()) {
+            Some(f) if f.state == OutflightState::AwaitPubRec => {
+                if reason.is_error() {
+                    self.release(id.get());
+                } else {
+                    f.state = OutflightState::AwaitPubComp;
+                    if let Some(d) = f.delivery.take() {
+                        self.held_bytes = self.held_bytes.saturating_sub(d.weight());
+                    }
+                    self.pubrel_out.push_back(PubResp::new(id));
+                }
+                true
+            }
+            Some(f) if f.state == OutflightState::AwaitPubComp => {
+                // A repeated PUBREC: answer with PUBREL again.
+                self.pubrel_out.push_back(PubResp::new(id));
+                true
+            }
+            _ => false,
+        };
+        if !known && !reason.is_error() {
+            self.pubrel_out.push_back(PubResp {
+                packet_id: id,
+                reason_code: ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
+                properties: Properties::default(),
+            });
+        }
+        known
+    }
+
+    /// PUBCOMP from the client: the QoS 2 flow is finished. Returns false for an unknown id.
+    pub fn handle_pubcomp(&mut self, id: PacketId) -> bool {
+        match self.inflight.get(&id.get()) {
+            Some(f) if f.state == OutflightState::AwaitPubComp => {
+                self.release(id.get());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release(&mut self, id: u16) {
+        if let Some(f) = self.inflight.remove(&id) {
+            if let Some(d) = f.delivery {
+                self.held_bytes = self.held_bytes.saturating_sub(d.weight());
+            }
+        }
+    }
+
+    // ----- outbound ------------------------------------------------------------------------
+
+    /// Writes what can be sent now into `out`: PUBRELs, resends after reconnect, then waiting
+    /// messages while the in-flight window allows [MQTT-3.3.4-9]. Stops after a byte budget so
+    /// the caller can write and poll again. Does nothing while detached.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut OutBuf) -> TransmitReport {
+        let mut report = TransmitReport::default();
+        let Some(conn) = self.connection.clone() else { return report };
+        let start_len = out.len();
+        while let Some(rel) = self.pubrel_out.pop_front() {
+            let _ = encode(&Packet::PubRel(rel), conn.version, out.tail_mut());
+        }
+        while let Some(id) = self.resend.pop_front() {
+            let Some(flight) = self.inflight.get(&id) else { continue };
+            match (flight.state, &flight.delivery) {
+                (OutflightState::AwaitPubComp, _) => {
+                    let Some(pid) = PacketId::new(id) else { continue };
+                    let _ = encode(&Packet::PubRel(PubResp::new(pid)), conn.version, out.tail_mut());
+                }
+                (_, Some(delivery)) => {
+                    let delivery = delivery.clone();
+                    if self.write_publish(&conn, &delivery, Some(id), true, now, out).is_err() {
+                        // Expired or too large for the client: give up on it.
+                        self.release(id);
+                    } else {
+                        report.published += 1;
+                    }
+                }
+                (_, None) => {}
+            }
+            if out.len() - start_len > TRANSMIT_BUDGET_BYTES {
+                return report;
+            }
+        }
+        let window = usize::from(self.window());
+        while let Some(front) = self.pending.front() {
+            if front.qos != QoS::AtMostOnce && self.inflight.len() >= window {
+                break;
+            }
+            let Some(delivery) = self.pending.pop_front() else { break };
+            let weight = delivery.weight();
+            if delivery.message.is_expired(now) {
+                self.held_bytes = self.held_bytes.saturating_sub(weight);
+                report.expired += 1;
+                continue;
+            }
+            if delivery.qos == QoS::AtMostOnce {
+                self.held_bytes = self.held_bytes.saturating_sub(weight);
+                match self.write_publish(&conn, &delivery, None, false, now, out) {
+                    Ok(()) => report.published += 1,
+                    Err(Unsendable::Expired) => report.expired += 1,
+                    Err(Unsendable::TooLarge) => report.too_large += 1,
+                }
+            } else {
+                let id = self.allocate_packet_id();
+                match self.write_publish(&conn, &delivery, Some(id), false, now, out) {
+                    Ok(()) => {
+                        report.published += 1;
+                        let state = if delivery.qos == QoS::AtLeastOnce {
+                            OutflightState::AwaitPubAck
+                        } else {
+                            OutflightState::AwaitPubRec
+                        };
+                        let seq = self.next_seq;
+                        self.next_seq += 1;
+                        self.inflight.insert(id, Outflight { delivery: Some(delivery), state, seq });
+                    }
+                    Err(reason) => {
+                        self.held_bytes = self.held_bytes.saturating_sub(weight);
+                        match reason {
+                            Unsendable::Expired => report.expired += 1,
+                            Unsendable::TooLarge => report.too_large += 1,
+                        }
+                    }
+                }
+            }
+            if out.len() - start_len > TRANSMIT_BUDGET_BYTES {
+                break;
+            }
+        }
+        report
+    }
+
+    /// The next packet id not in flight. The window is at most 65,535, so one is free.
+    fn allocate_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
+            if !self.inflight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn write_publish(
+        &mut self,
+        conn: &ConnectionParams,
+        delivery: &Delivery,
+        packet_id: Option<u16>,
+        dup: bool,
+        now: Instant,
+        out: &mut OutBuf,
+    ) -> Result<(), Unsendable> {
+        let message = &delivery.message;
+        if message.is_expired(now) {
+            return Err(Unsendable::Expired);
+        }
+        let v5 = conn.version.is_v5();
+        let alias = if v5 && conn.assign_outbound_aliases && conn.client_topic_alias_maximum > 0 {
+            self.outbound_alias(&message.topic, conn.client_topic_alias_maximum)
+        } else {
+            None
+        };
+        let per_subscriber = v5
+            && (!delivery.subscription_ids.is_empty()
+                || message.expires_at.is_some()
+                || alias.is_some());
+        if !per_subscriber {
+            // The common case: the header bytes are shared by every subscriber of this form.
+            return message
+                .write_shared_form(
+                    conn.version,
+                    delivery.qos,
+                    delivery.retain,
+                    packet_id,
+                    dup,
+                    conn.client_maximum_packet_size,
+                    out,
+                )
+                .map(|_| ())
+                .ok_or(Unsendable::TooLarge);
+        }
+        let mut properties = message.properties.clone();
+        properties.message_expiry_interval = message.remaining_expiry(now);
+        properties.subscription_identifiers = delivery.subscription_ids.clone();
+        let mut topic: &[u8] = message.topic.as_bytes();
+        if let Some((alias, known)) = alias {
+            properties.topic_alias = Some(alias);
+            if known {
+                topic = b"";
+            }
+        }
+        let header_len = publish_header_len(
+            conn.version,
+            topic.len(),
+            packet_id.is_some(),
+            &properties,
+            message.payload.len(),
+        );
+        if header_len + message.payload.len() > conn.client_maximum_packet_size as usize {
+            // Sending without the alias would be even larger, so the message cannot be sent.
+            return Err(Unsendable::TooLarge);
+        }
+        let packet_id = packet_id.and_then(PacketId::new);
+        encode_publish_header(
+            conn.version,
+            dup,
+            delivery.qos,
+            delivery.retain,
+            topic,
+            packet_id,
+            &properties,
+            message.payload.len(),
+            out.tail_mut(),
+        )
+        .map_err(|_| Unsendable::TooLarge)?;
+        out.put_bytes(message.payload.clone());
+        if let Some((alias, false)) = alias {
+            // Recorded only once the client has been told, with the full topic, what it means.
+            self.outbound_aliases.insert(message.topic.clone(), alias);
+        }
+        Ok(())
+    }
+
+    /// Returns `(alias, already_known_by_client)` for `topic`; a new alias is offered while the
+    /// client's maximum allows and recorded by the caller once it was sent.
+    fn outbound_alias(&mut self, topic: &ByteStr, max: u16) -> Option<(u16, bool)> {
+        if let Some(alias) = self.outbound_aliases.get(topic) {
+            return Some((*alias, true));
+        }
+        let next = u16::try_from(self.outbound_aliases.len() + 1).ok()?;
+        (next <= max).then_some((next, false))
+    }
+}
+
+enum Unsendable {
+    Expired,
+    TooLarge,
+}
+
+#[cfg(test)]
+mod tests;

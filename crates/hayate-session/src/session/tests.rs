@@ -1,0 +1,209 @@
+use super::*;
+use crate::message::Message;
+use bytes::{Bytes, BytesMut};
+use hayate_codec::decode;
+use std::sync::Arc;
+
+fn params(version: ProtocolVersion, receive_maximum: u16) -> ConnectionParams {
+    ConnectionParams {
+        version,
+        client_receive_maximum: receive_maximum,
+        client_maximum_packet_size: u32::MAX,
+        client_topic_alias_maximum: 0,
+        server_receive_maximum: 10,
+        server_topic_alias_maximum: 10,
+        assign_outbound_aliases: false,
+    }
+}
+
+fn delivery(topic: &str, qos: QoS) -> Delivery {
+    let message = Message::new(
+        ByteStr::from(topic),
+        Bytes::from_static(b"payload"),
+        qos,
+        false,
+        Properties::default(),
+        None,
+        None,
+    );
+    Delivery {
+        message: Arc::new(message),
+        qos,
+        retain: false,
+        subscription_ids: Vec::new(),
+        shared_group: None,
+    }
+}
+
+fn drain(session: &mut Session, version: ProtocolVersion, now: Instant) -> Vec<Packet> {
+    let mut out = OutBuf::new();
+    session.poll_transmit(now, &mut out);
+    let mut bytes = BytesMut::from(&out.take_all()[..]);
+    let mut packets = Vec::new();
+    while let Some(p) = decode(&mut bytes, version, u32::MAX).expect("valid output") {
+        packets.push(p);
+    }
+    assert!(bytes.is_empty());
+    packets
+}
+
+fn publish_ids(packets: &[Packet]) -> Vec<(u16, bool)> {
+    packets
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some((p.packet_id.map_or(0, |id| id.get()), p.dup)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// [MQTT-3.3.4-9] never more unacknowledged QoS 1/2 PUBLISHes than the client's Receive Maximum.
+#[test]
+fn mqtt_3_3_4_9_outbound_window_respects_receive_maximum() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V5, 2));
+    for _ in 0..5 {
+        session.enqueue(delivery("a", QoS::AtLeastOnce));
+    }
+    let sent = drain(&mut session, ProtocolVersion::V5, now);
+    assert_eq!(publish_ids(&sent), vec![(1, false), (2, false)]);
+    assert!(drain(&mut session, ProtocolVersion::V5, now).is_empty());
+    assert!(session.handle_puback(PacketId::new(1).unwrap()));
+    let sent = drain(&mut session, ProtocolVersion::V5, now);
+    assert_eq!(publish_ids(&sent), vec![(3, false)]);
+}
+
+/// [MQTT-4.4.0-1] unacknowledged messages are sent again, with DUP, on the next connection.
+#[test]
+fn mqtt_4_4_0_1_resend_with_dup_after_reconnect() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V311, 10));
+    session.enqueue(delivery("a", QoS::AtLeastOnce));
+    session.enqueue(delivery("b", QoS::ExactlyOnce));
+    assert_eq!(drain(&mut session, ProtocolVersion::V311, now).len(), 2);
+    session.detach();
+    session.attach(params(ProtocolVersion::V311, 10));
+    let sent = drain(&mut session, ProtocolVersion::V311, now);
+    assert_eq!(publish_ids(&sent), vec![(1, true), (2, true)]);
+}
+
+/// [MQTT-4.3.3-10] a QoS 2 retransmission is acknowledged but not routed twice.
+#[test]
+fn mqtt_4_3_3_10_qos2_duplicate_not_routed_twice() {
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V5, 10));
+    let mut publish = Publish {
+        dup: false,
+        qos: QoS::ExactlyOnce,
+        retain: false,
+        topic: ByteStr::from("t"),
+        packet_id: PacketId::new(7),
+        properties: Properties::default(),
+        payload: Bytes::new(),
+    };
+    assert_eq!(session.handle_inbound_publish(&mut publish.clone()), Ok(InboundPublish::Route));
+    publish.dup = true;
+    assert_eq!(session.handle_inbound_publish(&mut publish), Ok(InboundPublish::DuplicateQos2));
+    assert!(session.handle_pubrel(PacketId::new(7).unwrap()));
+    assert!(!session.handle_pubrel(PacketId::new(7).unwrap()));
+}
+
+/// [MQTT-3.3.4-9] inbound: more QoS 2 in flight than the server's Receive Maximum is an error.
+#[test]
+fn mqtt_3_3_4_9_inbound_receive_maximum_exceeded() {
+    let mut session = Session::new(SessionLimits::default());
+    let mut p = params(ProtocolVersion::V5, 10);
+    p.server_receive_maximum = 2;
+    session.attach(p);
+    for id in 1..=3u16 {
+        let mut publish = Publish {
+            dup: false,
+            qos: QoS::ExactlyOnce,
+            retain: false,
+            topic: ByteStr::from("t"),
+            packet_id: PacketId::new(id),
+            properties: Properties::default(),
+            payload: Bytes::new(),
+        };
+        let result = session.handle_inbound_publish(&mut publish);
+        if id <= 2 {
+            assert_eq!(result, Ok(InboundPublish::Route));
+        } else {
+            assert_eq!(result, Err(SessionError::ReceiveMaximumExceeded));
+        }
+    }
+}
+
+/// [MQTT-3.3.2-9] [MQTT-3.3.2-8] inbound topic aliases: mapping, zero, and out of range.
+#[test]
+fn mqtt_3_3_2_9_topic_alias_rules() {
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V5, 10));
+    let mut publish = Publish {
+        dup: false,
+        qos: QoS::AtMostOnce,
+        retain: false,
+        topic: ByteStr::from("long/topic"),
+        packet_id: None,
+        properties: Properties { topic_alias: Some(3), ..Properties::default() },
+        payload: Bytes::new(),
+    };
+    assert_eq!(session.handle_inbound_publish(&mut publish), Ok(InboundPublish::Route));
+    let mut aliased = Publish { topic: ByteStr::default(), ..publish.clone() };
+    aliased.properties.topic_alias = Some(3);
+    assert_eq!(session.handle_inbound_publish(&mut aliased), Ok(InboundPublish::Route));
+    assert_eq!(aliased.topic.as_str(), "long/topic");
+    let mut unknown = Publish { topic: ByteStr::default(), ..publish.clone() };
+    unknown.properties.topic_alias = Some(4);
+    assert_eq!(session.handle_inbound_publish(&mut unknown), Err(SessionError::UnknownTopicAlias));
+    let mut too_big = publish.clone();
+    too_big.properties.topic_alias = Some(11);
+    assert_eq!(session.handle_inbound_publish(&mut too_big), Err(SessionError::TopicAliasInvalid));
+}
+
+#[test]
+fn queue_limit_drops_and_offline_qos0_is_not_queued() {
+    let limits = SessionLimits { max_queued_messages: 2, ..SessionLimits::default() };
+    let mut session = Session::new(limits);
+    assert_eq!(session.enqueue(delivery("a", QoS::AtMostOnce)), EnqueueOutcome::DroppedOffline);
+    assert_eq!(
+        session.enqueue(delivery("a", QoS::AtLeastOnce)),
+        EnqueueOutcome::Queued { wake: false }
+    );
+    session.enqueue(delivery("a", QoS::AtLeastOnce));
+    assert_eq!(session.enqueue(delivery("a", QoS::AtLeastOnce)), EnqueueOutcome::DroppedQueueFull);
+}
+
+/// [MQTT-3.1.2-25] a message larger than the client's Maximum Packet Size is dropped for it.
+#[test]
+fn mqtt_3_1_2_25_too_large_for_client_is_dropped() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    let mut p = params(ProtocolVersion::V5, 10);
+    p.client_maximum_packet_size = 10;
+    session.attach(p);
+    session.enqueue(delivery("a/long/topic", QoS::AtLeastOnce));
+    let mut out = OutBuf::new();
+    let report = session.poll_transmit(now, &mut out);
+    assert_eq!(report.too_large, 1);
+    assert!(out.is_empty());
+    assert_eq!(session.inflight_len(), 0);
+}
+
+/// QoS 2 outbound: PUBREC settles the message and PUBREL follows; PUBCOMP frees the slot.
+#[test]
+fn qos2_outbound_flow() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V5, 10));
+    session.enqueue(delivery("a", QoS::ExactlyOnce));
+    drain(&mut session, ProtocolVersion::V5, now);
+    let id = PacketId::new(1).unwrap();
+    assert!(session.handle_pubrec(id, ReasonCode::SUCCESS));
+    let sent = drain(&mut session, ProtocolVersion::V5, now);
+    assert!(matches!(&sent[..], [Packet::PubRel(r)] if r.packet_id == id));
+    assert!(session.handle_pubcomp(id));
+    assert_eq!(session.inflight_len(), 0);
+}

@@ -1,0 +1,111 @@
+//! The `hayate` binary: command-line parsing and process setup only. Everything else lives in
+//! the library crates.
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use hayate_server::{Config, Server};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Hayate: an MQTT 3.1 / 3.1.1 / 5.0 broker.
+#[derive(Debug, Parser)]
+#[command(name = "hayate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker. With no options it listens on 127.0.0.1:1883 with anonymous access.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Configuration file (TOML); see hayate.toml in the repository for every key.
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on for MQTT over TCP (repeatable); replaces the configured listeners.
+    #[arg(short, long, value_name = "ADDR")]
+    listen: Vec<SocketAddr>,
+    /// Worker threads (default: one per CPU core, or server.threads from the file).
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive such as
+    /// "hayate_core=debug" (default: info, or server.log_level from the file).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if !args.listen.is_empty() {
+        config.server.listen = args.listen.clone();
+    }
+    if let Some(threads) = args.threads {
+        config.server.threads = threads;
+    }
+    if let Some(level) = &args.log_level {
+        config.server.log_level = level.clone();
+    }
+    config.validate()?;
+    init_logging(&config.server.log_level)?;
+
+    let threads = match config.server.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("hayate-worker")
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let server = Server::start(config).await.context("starting listeners")?;
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), threads, "hayate_started");
+        let trigger = server.shutdown_trigger();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown_requested");
+            let _ = trigger.send(true);
+        });
+        let mut server = server;
+        server.wait().await;
+        tracing::info!("hayate_stopped");
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
+
+fn init_logging(level: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .with_context(|| format!("invalid log level {level:?}"))?;
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    Ok(())
+}
