@@ -35,6 +35,15 @@ pub struct Message {
     encoded: Mutex<Vec<(u8, EncodedHeader)>>,
 }
 
+/// What makes two deliveries of one message differ on the wire when no per-subscriber
+/// property is involved.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WireForm {
+    pub version: ProtocolVersion,
+    pub qos: QoS,
+    pub retain: bool,
+}
+
 /// A PUBLISH fixed + variable header encoded once, with the place of its packet identifier.
 #[derive(Debug, Clone)]
 struct EncodedHeader {
@@ -85,14 +94,13 @@ impl Message {
     /// Returns the total packet length, or `None` when it exceeds `max_packet_size`.
     pub(crate) fn write_shared_form(
         &self,
-        version: ProtocolVersion,
-        qos: QoS,
-        retain: bool,
+        form: WireForm,
         packet_id: Option<u16>,
         dup: bool,
         max_packet_size: u32,
         out: &mut crate::OutBuf,
     ) -> Option<usize> {
+        let WireForm { version, qos, retain } = form;
         let header = self.header_for(version, qos, retain)?;
         let total = header.bytes.len() + self.payload.len();
         if total > max_packet_size as usize {

@@ -1,6 +1,6 @@
 //! The per-client session state machine.
 
-use crate::message::Delivery;
+use crate::message::{Delivery, WireForm};
 use crate::outbuf::OutBuf;
 use hayate_codec::{
     encode, encode_publish_header, publish_header_len, ByteStr, Packet, PacketId, Properties,
@@ -537,9 +537,7 @@ impl Session {
             // The common case: the header bytes are shared by every subscriber of this form.
             return message
                 .write_shared_form(
-                    conn.version,
-                    delivery.qos,
-                    delivery.retain,
+                    WireForm { version: conn.version, qos: delivery.qos, retain: delivery.retain },
                     packet_id,
                     dup,
                     conn.client_maximum_packet_size,

@@ -1,0 +1,151 @@
+"""Fixtures for the Hayate interoperability suite.
+
+Every test gets its own broker process on a free loopback port, started from the built
+binary with a temporary configuration file. At teardown the broker is sent SIGTERM; the test
+fails if the broker died early, exited non-zero, did not stop in time, or printed "panicked".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "hayate"
+
+STARTUP_TIMEOUT = 15.0
+SHUTDOWN_TIMEOUT = 10.0
+
+
+def broker_binary() -> Path:
+    path = Path(os.environ.get("HAYATE_BIN", str(DEFAULT_BIN)))
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.fail(
+            f"hayate binary not found at {path}: run `cargo build -p hayate` or set HAYATE_BIN",
+            pytrace=False,
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Broker:
+    host: str
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+    config_path: Path
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def _wait_listening(proc: subprocess.Popen, host: str, port: int, log_path: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(
+                f"broker exited during startup with {proc.returncode}:\n{log_path.read_text(errors='replace')}",
+                pytrace=False,
+            )
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"broker did not listen on {host}:{port} within {STARTUP_TIMEOUT}s", pytrace=False)
+
+
+def _stop(broker: Broker) -> list[str]:
+    """Stops the broker and returns the problems seen (empty when all is well)."""
+    problems: list[str] = []
+    proc = broker.process
+    if proc.poll() is not None:
+        problems.append(f"broker exited on its own during the test with status {proc.returncode}")
+    else:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=SHUTDOWN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+            problems.append(f"broker did not stop within {SHUTDOWN_TIMEOUT}s of SIGTERM")
+        else:
+            if proc.returncode != 0:
+                problems.append(f"broker exited with status {proc.returncode} after SIGTERM")
+    log = broker.log()
+    if "panicked" in log:
+        problems.append("broker printed 'panicked'")
+    if problems:
+        tail = "\n".join(log.splitlines()[-60:])
+        problems.append(f"--- broker log (last 60 lines) ---\n{tail}")
+    return problems
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Returns start(config_toml: str = "") -> Broker. Brokers are stopped and checked at teardown."""
+    binary = broker_binary()
+    started: list[Broker] = []
+
+    def start(config: str = "") -> Broker:
+        n = len(started)
+        port = free_port()
+        config_path = tmp_path / f"hayate-{n}.toml"
+        config_path.write_text(config)
+        log_path = tmp_path / f"hayate-{n}.log"
+        log_file = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "serve",
+                "--config",
+                str(config_path),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--threads",
+                "2",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RUST_BACKTRACE": "1"},
+        )
+        log_file.close()
+        broker = Broker("127.0.0.1", port, proc, log_path, config_path)
+        started.append(broker)
+        _wait_listening(proc, broker.host, port, log_path)
+        return broker
+
+    yield start
+
+    problems: list[str] = []
+    for broker in started:
+        problems.extend(_stop(broker))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def broker(broker_factory) -> Broker:
+    """A broker with the default configuration."""
+    return broker_factory("")
