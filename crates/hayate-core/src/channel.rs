@@ -73,6 +73,8 @@ pub struct Channel {
     taken_over: bool,
     /// This connection's doorbell, installed in the session while attached.
     doorbell: Arc<Notify>,
+    /// The last `poll_transmit` stopped at its byte budget with more to send.
+    more_to_send: bool,
 }
 
 impl Channel {
@@ -92,6 +94,7 @@ impl Channel {
             connect_expiry_zero: true,
             taken_over: false,
             doorbell: Arc::new(Notify::new()),
+            more_to_send: false,
         }
     }
 
@@ -230,10 +233,17 @@ impl Channel {
             return Ok(());
         }
         let report = self.with_session(out, |state, out| state.session.poll_transmit(now, out))?;
+        self.more_to_send = report.more;
         let stats = &self.broker.stats;
         Stats::add(&stats.publish_sent, report.published as u64);
         Stats::add(&stats.publish_dropped, (report.expired + report.too_large) as u64);
         Ok(())
+    }
+
+    /// True when the last `poll_transmit` stopped at its byte budget: the transport should
+    /// write and call it again without waiting for the doorbell.
+    pub fn has_more_to_send(&self) -> bool {
+        self.more_to_send
     }
 
     /// True when the session has output that `poll_transmit` would write now.

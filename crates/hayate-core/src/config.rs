@@ -74,7 +74,7 @@ impl Default for BrokerConfig {
             max_queued_bytes: 64 * 1024 * 1024,
             queue_qos0_offline: false,
             topic_alias_maximum: 64,
-            assign_outbound_topic_aliases: false,
+            assign_outbound_topic_aliases: true,
             max_keep_alive: 65_535,
             max_client_id_len: 256,
             max_subscriptions_per_client: 10_000,

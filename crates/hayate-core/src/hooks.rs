@@ -25,8 +25,9 @@ pub trait AuthHook: Send + Sync + std::fmt::Debug {
     fn authenticate(&self, client: &ClientInfo, password: Option<&[u8]>) -> Result<(), ReasonCode>;
     /// May `client` publish to `topic`?
     fn authorize_publish(&self, client: &ClientInfo, topic: &str) -> bool;
-    /// May `client` subscribe to `filter`? (Shared subscriptions are asked with the inner filter.)
-    fn authorize_subscribe(&self, client: &ClientInfo, filter: &str) -> bool;
+    /// May `client` subscribe to `filter`? (Shared subscriptions are asked with the inner
+    /// filter.) `Err(code)` refuses with that v5 SUBACK reason code (v3 clients get 0x80).
+    fn authorize_subscribe(&self, client: &ClientInfo, filter: &str) -> Result<(), ReasonCode>;
 }
 
 /// The built-in policy: anonymous access on or off, and deny lists of topic patterns.
@@ -38,6 +39,10 @@ pub struct StaticPolicy {
     /// Subscriptions refused (SUBACK 0x87 / 0x80) when the requested filter matches one of these
     /// patterns (MQTT filter syntax; `test/nosubscribe` refuses exactly that filter).
     pub deny_subscribe: Vec<String>,
+    /// v5 SUBACK reason code for subscriptions refused by `deny_subscribe`: 135 (0x87, Not
+    /// authorized) by default; 128 (0x80, Unspecified error) is what the Paho interoperability
+    /// suite expects for its `test/nosubscribe` topic.
+    pub deny_subscribe_reason_code: u8,
     /// Publishes refused (v5 PUBACK/PUBREC 0x87; v3 acknowledged and dropped) when the topic
     /// matches one of these patterns.
     pub deny_publish: Vec<String>,
@@ -45,7 +50,12 @@ pub struct StaticPolicy {
 
 impl Default for StaticPolicy {
     fn default() -> Self {
-        StaticPolicy { allow_anonymous: true, deny_subscribe: Vec::new(), deny_publish: Vec::new() }
+        StaticPolicy {
+            allow_anonymous: true,
+            deny_subscribe: Vec::new(),
+            deny_subscribe_reason_code: ReasonCode::NOT_AUTHORIZED.0,
+            deny_publish: Vec::new(),
+        }
     }
 }
 
@@ -61,7 +71,14 @@ impl AuthHook for StaticPolicy {
         !self.deny_publish.iter().any(|pattern| matches_filter(pattern, topic))
     }
 
-    fn authorize_subscribe(&self, _client: &ClientInfo, filter: &str) -> bool {
-        !self.deny_subscribe.iter().any(|pattern| pattern == filter || matches_filter(pattern, filter))
+    fn authorize_subscribe(&self, _client: &ClientInfo, filter: &str) -> Result<(), ReasonCode> {
+        let denied =
+            self.deny_subscribe.iter().any(|pattern| pattern == filter || matches_filter(pattern, filter));
+        if denied {
+            // Only failure codes may refuse a subscription; anything else means Not authorized.
+            let code = ReasonCode(self.deny_subscribe_reason_code);
+            return Err(if code.is_error() { code } else { ReasonCode::NOT_AUTHORIZED });
+        }
+        Ok(())
     }
 }

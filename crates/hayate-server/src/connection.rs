@@ -93,6 +93,14 @@ impl Connection {
                 return None;
             }
             let backlogged = self.out.len() >= self.settings.max_pending_write_bytes;
+            if !backlogged && self.channel.has_more_to_send() {
+                // The last drain stopped at its budget: continue without waiting for a ring.
+                let now = Instant::now().into_std();
+                if let Err(close) = self.channel.poll_transmit(now, &mut self.out) {
+                    return Some(close);
+                }
+                continue;
+            }
             let mut interest = if backlogged { None } else { Some(Interest::READABLE) };
             if !self.out.is_empty() {
                 interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));

@@ -138,6 +138,8 @@ pub struct TransmitReport {
     pub expired: usize,
     /// Messages dropped because they exceed the client's Maximum Packet Size [MQTT-3.1.2-25].
     pub too_large: usize,
+    /// The byte budget ran out with more that could be sent now: call again after writing.
+    pub more: bool,
 }
 
 /// One client's session state. See the crate docs.
@@ -447,6 +449,7 @@ impl Session {
                 (_, None) => {}
             }
             if out.len() - start_len > TRANSMIT_BUDGET_BYTES {
+                report.more = true;
                 return report;
             }
         }
@@ -493,6 +496,7 @@ impl Session {
                 }
             }
             if out.len() - start_len > TRANSMIT_BUDGET_BYTES {
+                report.more = self.wants_transmit();
                 break;
             }
         }

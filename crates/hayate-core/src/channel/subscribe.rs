@@ -69,10 +69,13 @@ impl Channel {
             // [MQTT-3.8.3-4] No Local on a shared subscription is a protocol error.
             return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "shared_no_local", out));
         }
-        let allowed = self.client.as_ref().is_some_and(|c| self.broker.hooks.authorize_subscribe(c, inner));
-        if !allowed {
+        let verdict = match &self.client {
+            Some(client) => self.broker.hooks.authorize_subscribe(client, inner),
+            None => Err(ReasonCode::NOT_AUTHORIZED),
+        };
+        if let Err(code) = verdict {
             tracing::info!(client_id = ?self.client_id(), filter, "subscribe_denied");
-            return Ok(failure(ReasonCode::NOT_AUTHORIZED));
+            return Ok(failure(code));
         }
         let Some(cell) = self.cell.clone() else {
             return Ok(failure(ReasonCode::UNSPECIFIED_ERROR));
