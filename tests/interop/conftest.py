@@ -23,6 +23,7 @@ DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "hayate"
 
 STARTUP_TIMEOUT = 15.0
 SHUTDOWN_TIMEOUT = 10.0
+HARD_TEST_TIMEOUT = 120  # seconds; a last-resort bound on any one test, setup and teardown included
 
 
 def broker_binary() -> Path:
@@ -99,6 +100,22 @@ def _stop(broker: Broker) -> list[str]:
         tail = "\n".join(log.splitlines()[-60:])
         problems.append(f"--- broker log (last 60 lines) ---\n{tail}")
     return problems
+
+
+@pytest.fixture(autouse=True)
+def _hard_timeout(request):
+    """Fails (rather than hangs) any test that runs past HARD_TEST_TIMEOUT seconds."""
+
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"{request.node.nodeid} exceeded {HARD_TEST_TIMEOUT}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(HARD_TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

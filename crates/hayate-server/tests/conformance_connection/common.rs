@@ -38,22 +38,40 @@ pub async fn connect_ok(broker: &TestBroker, connect: Connect) -> (RawClient, Co
     let version = connect.protocol;
     let mut client = broker.raw(version).await;
     let connack = client.connect(connect).await;
-    assert_eq!(connack.reason_code, ReasonCode::SUCCESS, "{version:?}: CONNACK refused: {connack:?}");
+    assert_eq!(
+        connack.reason_code,
+        ReasonCode::SUCCESS,
+        "{version:?}: CONNACK refused: {connack:?}"
+    );
     (client, connack)
 }
 
 /// Opens a TCP connection, sends `connect` and asserts that the broker answers with a CONNACK
 /// carrying `v5_code` (v5) or `v3_code` (3.1/3.1.1), Session Present 0, and then closes the
 /// connection without sending anything else.
-pub async fn assert_connect_refused(broker: &TestBroker, connect: Connect, v5_code: u8, v3_code: u8) {
+pub async fn assert_connect_refused(
+    broker: &TestBroker,
+    connect: Connect,
+    v5_code: u8,
+    v3_code: u8,
+) {
     let version = connect.protocol;
     let mut client = broker.raw(version).await;
     let connack = client.connect(connect).await;
     let expected = if version.is_v5() { v5_code } else { v3_code };
-    assert_eq!(connack.reason_code.0, expected, "{version:?}: wrong CONNACK code: {connack:?}");
-    assert!(!connack.session_present, "{version:?}: refused CONNACK must have Session Present 0");
+    assert_eq!(
+        connack.reason_code.0, expected,
+        "{version:?}: wrong CONNACK code: {connack:?}"
+    );
+    assert!(
+        !connack.session_present,
+        "{version:?}: refused CONNACK must have Session Present 0"
+    );
     let after = client.expect_closed().await;
-    assert!(after.is_empty(), "{version:?}: packets after a refusing CONNACK: {after:?}");
+    assert!(
+        after.is_empty(),
+        "{version:?}: packets after a refusing CONNACK: {after:?}"
+    );
 }
 
 /// Encodes `packet` at `version` into bytes.
@@ -99,11 +117,19 @@ pub async fn assert_closed_with(client: &mut RawClient, v5_reason: Option<u8>) {
     match (version.is_v5(), v5_reason) {
         (true, Some(code)) => match before.as_slice() {
             [Packet::Disconnect(d)] => {
-                assert_eq!(d.reason_code.0, code, "{version:?}: wrong DISCONNECT reason: {d:?}")
+                assert_eq!(
+                    d.reason_code.0, code,
+                    "{version:?}: wrong DISCONNECT reason: {d:?}"
+                )
             }
-            other => panic!("{version:?}: expected DISCONNECT 0x{code:02X} then close, got {other:?}"),
+            other => {
+                panic!("{version:?}: expected DISCONNECT 0x{code:02X} then close, got {other:?}")
+            }
         },
-        _ => assert!(before.is_empty(), "{version:?}: expected a plain close, got {before:?}"),
+        _ => assert!(
+            before.is_empty(),
+            "{version:?}: expected a plain close, got {before:?}"
+        ),
     }
 }
 
@@ -116,12 +142,20 @@ pub async fn assert_closed_with_error(client: &mut RawClient) {
         match before.as_slice() {
             [] => {}
             [Packet::Disconnect(d)] => {
-                assert!(d.reason_code.is_error(), "{version:?}: DISCONNECT must carry an error code: {d:?}")
+                assert!(
+                    d.reason_code.is_error(),
+                    "{version:?}: DISCONNECT must carry an error code: {d:?}"
+                )
             }
-            other => panic!("{version:?}: expected at most a DISCONNECT before close, got {other:?}"),
+            other => {
+                panic!("{version:?}: expected at most a DISCONNECT before close, got {other:?}")
+            }
         }
     } else {
-        assert!(before.is_empty(), "{version:?}: expected a plain close, got {before:?}");
+        assert!(
+            before.is_empty(),
+            "{version:?}: expected a plain close, got {before:?}"
+        );
     }
 }
 
@@ -173,10 +207,19 @@ pub async fn recv_publish_noack(client: &mut RawClient) -> Publish {
 }
 
 /// A connected clean-session client subscribed to `filter` at QoS 2.
-pub async fn observer(broker: &TestBroker, version: ProtocolVersion, client_id: &str, filter: &str) -> RawClient {
+pub async fn observer(
+    broker: &TestBroker,
+    version: ProtocolVersion,
+    client_id: &str,
+    filter: &str,
+) -> RawClient {
     let mut client = broker.client(version, client_id).await;
     let codes = client.subscribe(filter, QoS::ExactlyOnce, 1).await;
-    assert_eq!(codes, vec![2], "{version:?}: SUBSCRIBE {filter} not granted at QoS 2");
+    assert_eq!(
+        codes,
+        vec![2],
+        "{version:?}: SUBSCRIBE {filter} not granted at QoS 2"
+    );
     client
 }
 
@@ -187,8 +230,13 @@ pub async fn assert_broker_serves(broker: &TestBroker) {
         let id = cid("alive-check", version);
         let filter = topic("alive", version);
         let mut client = broker.client(version, &id).await;
-        assert_eq!(client.subscribe(&filter, QoS::AtLeastOnce, 7).await, vec![1]);
-        client.publish(&filter, b"still here", QoS::AtLeastOnce, false, 8).await;
+        assert_eq!(
+            client.subscribe(&filter, QoS::AtLeastOnce, 7).await,
+            vec![1]
+        );
+        client
+            .publish(&filter, b"still here", QoS::AtLeastOnce, false, 8)
+            .await;
         let publish = client.recv_publish().await;
         assert_eq!(&publish.payload[..], b"still here", "{version:?}");
         disconnect(&mut client).await;

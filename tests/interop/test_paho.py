@@ -1,0 +1,583 @@
+"""Interoperability tests against Hayate with the paho-mqtt 2.x Python client (no mocks).
+
+Each test starts its own broker (see conftest.py). Every wait is bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import socket
+import threading
+import time
+import uuid
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+V311 = MQTTProtocolVersion.MQTTv311
+V5 = MQTTProtocolVersion.MQTTv5
+PROTOCOLS = [pytest.param(V311, id="v311"), pytest.param(V5, id="v5")]
+
+TIMEOUT = 10.0  # seconds for any single expected event
+QUIET = 1.5  # seconds to wait when checking that nothing (more) arrives
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class PahoClient:
+    """A paho client running its network loop in a thread, with blocking, bounded helpers."""
+
+    def __init__(
+        self,
+        broker,
+        protocol: MQTTProtocolVersion,
+        client_id: str | None = None,
+        *,
+        clean: bool = True,
+        session_expiry: int | None = None,
+        will: tuple[str, bytes, int, bool] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.protocol = protocol
+        self.client_id = client_id or unique("paho")
+        self.clean = clean
+        self.session_expiry = session_expiry
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            clean_session=clean if protocol != V5 else None,
+            protocol=protocol,
+            reconnect_on_failure=False,
+        )
+        if will is not None:
+            topic, payload, qos, retain = will
+            self.client.will_set(topic, payload, qos=qos, retain=retain)
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self._connected = threading.Event()
+        self._disconnected = threading.Event()
+        self.connect_flags = None
+        self.connect_rc = None
+        self.connect_props = None
+        self._subacks: dict[int, list] = {}
+        self._suback_cond = threading.Condition()
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
+        self.client.on_disconnect = self._on_disconnect
+
+    # callbacks (network thread)
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        self.connect_flags = flags
+        self.connect_rc = reason_code
+        self.connect_props = properties
+        self._connected.set()
+
+    def _on_message(self, client, userdata, msg):
+        self.messages.put(msg)
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):
+        with self._suback_cond:
+            self._subacks[mid] = list(reason_codes)
+            self._suback_cond.notify_all()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self._disconnected.set()
+
+    # blocking helpers (test thread)
+    def connect(self, *, clean_start: bool | None = None) -> "PahoClient":
+        props = None
+        kwargs = {}
+        if self.protocol == V5:
+            kwargs["clean_start"] = self.clean if clean_start is None else clean_start
+            if self.session_expiry is not None:
+                props = Properties(PacketTypes.CONNECT)
+                props.SessionExpiryInterval = self.session_expiry
+        self.client.connect(self.broker.host, self.broker.port, keepalive=30, properties=props, **kwargs)
+        self.client.loop_start()
+        assert self._connected.wait(TIMEOUT), f"{self.client_id}: no CONNACK within {TIMEOUT}s"
+        assert not self.connect_rc.is_failure, f"{self.client_id}: CONNACK refused: {self.connect_rc}"
+        return self
+
+    @property
+    def session_present(self) -> bool:
+        return bool(self.connect_flags.session_present)
+
+    def subscribe(self, topic: str, qos: int = 0, *, properties: Properties | None = None, options=None) -> list:
+        if self.protocol == V5:
+            opts = options or SubscribeOptions(qos=qos)
+            rc, mid = self.client.subscribe(topic, options=opts, properties=properties)
+        else:
+            rc, mid = self.client.subscribe(topic, qos)
+        assert rc == mqtt.MQTT_ERR_SUCCESS, f"subscribe({topic}) failed to send: {rc}"
+        with self._suback_cond:
+            ok = self._suback_cond.wait_for(lambda: mid in self._subacks, timeout=TIMEOUT)
+            assert ok, f"no SUBACK for {topic} within {TIMEOUT}s"
+            return self._subacks.pop(mid)
+
+    def publish(self, topic: str, payload, qos: int = 0, retain: bool = False, properties=None, wait=True):
+        info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
+        assert info.rc == mqtt.MQTT_ERR_SUCCESS, f"publish to {topic} failed: {info.rc}"
+        if wait:
+            info.wait_for_publish(timeout=TIMEOUT)
+            assert info.is_published(), f"publish to {topic} (qos {qos}) not acknowledged within {TIMEOUT}s"
+        return info
+
+    def expect(self, count: int, timeout: float = TIMEOUT) -> list[mqtt.MQTTMessage]:
+        """Returns exactly `count` messages, failing if they do not arrive in time."""
+        deadline = time.monotonic() + timeout
+        got: list[mqtt.MQTTMessage] = []
+        while len(got) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                got.append(self.messages.get(timeout=remaining))
+            except queue.Empty:
+                break
+        assert len(got) == count, (
+            f"{self.client_id}: expected {count} messages, got {len(got)} within {timeout}s: "
+            f"{[(m.topic, m.payload[:40]) for m in got[:10]]}"
+        )
+        return got
+
+    def drain(self, wait: float = QUIET) -> list[mqtt.MQTTMessage]:
+        """Returns whatever arrives within `wait` seconds (used to assert that nothing more does)."""
+        deadline = time.monotonic() + wait
+        got = []
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return got
+            try:
+                got.append(self.messages.get(timeout=remaining))
+            except queue.Empty:
+                return got
+
+    def disconnect(self) -> None:
+        if self.client.is_connected():
+            self.client.disconnect()
+            self._disconnected.wait(TIMEOUT)
+        self.client.loop_stop()
+
+    def kill_socket(self) -> None:
+        """Drops the TCP connection without sending DISCONNECT (an abnormal disconnect)."""
+        self.client.loop_stop()
+        sock = self.client.socket()
+        assert sock is not None, "client has no socket"
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+
+@pytest.fixture
+def clients():
+    """Factory for connected-on-demand clients; all are disconnected at teardown."""
+    made: list[PahoClient] = []
+
+    def make(broker, protocol, client_id=None, **kwargs) -> PahoClient:
+        c = PahoClient(broker, protocol, client_id, **kwargs)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        try:
+            c.disconnect()
+        except Exception:
+            pass
+
+
+def granted(reason_code) -> int:
+    """Reason code value (0, 1, 2 = granted QoS; >= 0x80 = failure)."""
+    return reason_code.value if hasattr(reason_code, "value") else int(reason_code)
+
+
+# ---------------------------------------------------------------------------------------------
+# QoS round trips
+
+
+@pytest.mark.parametrize("qos", [0, 1, 2])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_qos_round_trip_exact_counts_and_order(broker, clients, protocol, qos):
+    count = 200
+    topic = unique("interop/qos") + f"/{qos}"
+    sub = clients(broker, protocol).connect()
+    assert [granted(rc) for rc in sub.subscribe(topic, qos)] == [qos]
+    pub = clients(broker, protocol).connect()
+
+    infos = [pub.publish(topic, f"{i}".encode(), qos=qos, wait=False) for i in range(count)]
+    if qos > 0:
+        for info in infos:
+            info.wait_for_publish(timeout=TIMEOUT)
+            assert info.is_published()
+
+    msgs = sub.expect(count, timeout=20)
+    payloads = [int(m.payload) for m in msgs]
+    assert payloads == list(range(count)), "messages lost, duplicated or reordered"
+    for m in msgs:
+        assert m.topic == topic
+        assert m.qos == qos
+        assert not m.retain
+    extra = sub.drain()
+    assert extra == [], f"unexpected extra deliveries (duplicates?): {[m.payload for m in extra][:10]}"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_qos_downgraded_to_subscription_qos(broker, clients, protocol):
+    topic = unique("interop/downgrade")
+    sub = clients(broker, protocol).connect()
+    assert [granted(rc) for rc in sub.subscribe(topic, 1)] == [1]
+    pub = clients(broker, protocol).connect()
+    pub.publish(topic, b"x", qos=2)
+    [m] = sub.expect(1)
+    assert m.qos == 1
+    assert m.payload == b"x"
+
+
+# ---------------------------------------------------------------------------------------------
+# Retained messages
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_retained_message_delivered_to_later_subscriber_and_cleared(broker, clients, protocol):
+    topic = unique("interop/retained")
+    live = clients(broker, protocol).connect()
+    live.subscribe(topic, 1)
+
+    pub = clients(broker, protocol).connect()
+    pub.publish(topic, b"retained-value", qos=1, retain=True)
+
+    # An established subscription gets the message with RETAIN 0 (3.1.1 3.3.1.3; v5 without
+    # Retain As Published).
+    [m] = live.expect(1)
+    assert m.payload == b"retained-value"
+    assert not m.retain, "RETAIN must be 0 for delivery to an existing subscription"
+
+    later = clients(broker, protocol).connect()
+    later.subscribe(topic, 1)
+    [m] = later.expect(1)
+    assert m.topic == topic
+    assert m.payload == b"retained-value"
+    assert m.retain, "retained message sent on subscribe must have RETAIN 1"
+    assert m.qos == 1
+
+    # Replacing it.
+    pub.publish(topic, b"second", qos=1, retain=True)
+    assert later.expect(1)[0].payload == b"second"
+    newer = clients(broker, protocol).connect()
+    newer.subscribe(topic, 1)
+    [m] = newer.expect(1)
+    assert (m.payload, m.retain) == (b"second", True)
+
+    # Clearing it with an empty retained payload.
+    pub.publish(topic, b"", qos=1, retain=True)
+    live.drain(0.5)
+    last = clients(broker, protocol).connect()
+    last.subscribe(topic, 1)
+    stale = last.drain()
+    assert stale == [], f"retained message not cleared: {[(m.payload, m.retain) for m in stale]}"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_retained_wildcard_subscription(broker, clients, protocol):
+    base = unique("interop/retwild")
+    pub = clients(broker, protocol).connect()
+    for name in ("a", "b", "c"):
+        pub.publish(f"{base}/{name}", name.encode(), qos=1, retain=True)
+    sub = clients(broker, protocol).connect()
+    sub.subscribe(f"{base}/+", 1)
+    msgs = sub.expect(3)
+    assert sorted((m.topic, m.payload, m.retain) for m in msgs) == [
+        (f"{base}/a", b"a", True),
+        (f"{base}/b", b"b", True),
+        (f"{base}/c", b"c", True),
+    ]
+    assert sub.drain() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Will messages
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_will_sent_on_abrupt_socket_close(broker, clients, protocol):
+    will_topic = unique("interop/will")
+    observer = clients(broker, protocol).connect()
+    observer.subscribe(will_topic, 1)
+
+    dying = clients(broker, protocol, will=(will_topic, b"client died", 1, False)).connect()
+    assert observer.drain(0.3) == []
+    dying.kill_socket()
+
+    [m] = observer.expect(1)
+    assert m.topic == will_topic
+    assert m.payload == b"client died"
+    assert m.qos == 1
+    assert observer.drain() == [], "will delivered more than once"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_will_not_sent_after_clean_disconnect(broker, clients, protocol):
+    will_topic = unique("interop/nowill")
+    observer = clients(broker, protocol).connect()
+    observer.subscribe(will_topic, 1)
+
+    polite = clients(broker, protocol, will=(will_topic, b"should not appear", 1, False)).connect()
+    polite.disconnect()
+    got = observer.drain(2.0)
+    assert got == [], f"will published after a normal DISCONNECT: {[m.payload for m in got]}"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_retained_will(broker, clients, protocol):
+    will_topic = unique("interop/retwill")
+    dying = clients(broker, protocol, will=(will_topic, b"offline", 1, True)).connect()
+    dying.kill_socket()
+    time.sleep(0.5)
+    later = clients(broker, protocol).connect()
+    later.subscribe(will_topic, 1)
+    [m] = later.expect(1)
+    assert (m.payload, m.retain) == (b"offline", True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared subscriptions (v5)
+
+
+def test_shared_subscription_each_message_to_exactly_one_member(broker, clients):
+    topic = unique("interop/shared")
+    count = 100
+    a = clients(broker, V5).connect()
+    b = clients(broker, V5).connect()
+    assert [granted(rc) for rc in a.subscribe(f"$share/g/{topic}", 1)] == [1]
+    assert [granted(rc) for rc in b.subscribe(f"$share/g/{topic}", 1)] == [1]
+    pub = clients(broker, V5).connect()
+    for i in range(count):
+        pub.publish(topic, str(i).encode(), qos=1, wait=False)
+
+    got_a: list[int] = []
+    got_b: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(got_a) + len(got_b) < count and time.monotonic() < deadline:
+        got_a += [int(m.payload) for m in a.drain(0.1)]
+        got_b += [int(m.payload) for m in b.drain(0.1)]
+    got_a += [int(m.payload) for m in a.drain(QUIET)]
+    got_b += [int(m.payload) for m in b.drain(0.1)]
+
+    assert len(got_a) + len(got_b) == count, f"a got {len(got_a)}, b got {len(got_b)}, want {count} in total"
+    assert sorted(got_a + got_b) == list(range(count)), "a message was lost or delivered to both members"
+    assert not set(got_a) & set(got_b)
+    assert got_a and got_b, f"load not shared: a={len(got_a)} b={len(got_b)}"
+    # Within one member, one publisher's messages keep their order.
+    assert got_a == sorted(got_a)
+    assert got_b == sorted(got_b)
+
+
+def test_shared_and_normal_subscription_both_receive(broker, clients):
+    topic = unique("interop/sharedmix")
+    shared = clients(broker, V5).connect()
+    shared.subscribe(f"$share/grp/{topic}", 1)
+    normal = clients(broker, V5).connect()
+    normal.subscribe(topic, 1)
+    pub = clients(broker, V5).connect()
+    for i in range(10):
+        pub.publish(topic, str(i).encode(), qos=1)
+    assert [int(m.payload) for m in shared.expect(10)] == list(range(10))
+    assert [int(m.payload) for m in normal.expect(10)] == list(range(10))
+
+
+# ---------------------------------------------------------------------------------------------
+# v5 properties
+
+
+def test_v5_publish_properties_round_trip(broker, clients):
+    topic = unique("interop/props")
+    sub = clients(broker, V5).connect()
+    sub_props = Properties(PacketTypes.SUBSCRIBE)
+    sub_props.SubscriptionIdentifier = 42
+    assert [granted(rc) for rc in sub.subscribe(topic, 1, properties=sub_props)] == [1]
+
+    pub = clients(broker, V5).connect()
+    props = Properties(PacketTypes.PUBLISH)
+    props.ContentType = "application/json"
+    props.ResponseTopic = f"{topic}/reply"
+    props.CorrelationData = b"\x00\x01corr\xff"
+    props.UserProperty = [("k1", "v1"), ("k2", "v2"), ("k1", "v3")]
+    props.PayloadFormatIndicator = 1
+    props.MessageExpiryInterval = 3600
+    pub.publish(topic, b'{"x": 1}', qos=1, properties=props)
+
+    [m] = sub.expect(1)
+    p = m.properties
+    assert m.payload == b'{"x": 1}'
+    assert p.ContentType == "application/json"
+    assert p.ResponseTopic == f"{topic}/reply"
+    assert p.CorrelationData == b"\x00\x01corr\xff"
+    assert list(p.UserProperty) == [("k1", "v1"), ("k2", "v2"), ("k1", "v3")], "user properties reordered"
+    assert p.PayloadFormatIndicator == 1
+    assert hasattr(p, "MessageExpiryInterval"), "message expiry interval dropped"
+    assert 0 < p.MessageExpiryInterval <= 3600
+    sid = p.SubscriptionIdentifier
+    assert (sid if isinstance(sid, list) else [sid]) == [42]
+
+
+def test_v5_overlapping_subscriptions_identifiers(broker, clients):
+    base = unique("interop/subid")
+    sub = clients(broker, V5).connect()
+    p1 = Properties(PacketTypes.SUBSCRIBE)
+    p1.SubscriptionIdentifier = 7
+    sub.subscribe(f"{base}/+", 1, properties=p1)
+    p2 = Properties(PacketTypes.SUBSCRIBE)
+    p2.SubscriptionIdentifier = 9
+    sub.subscribe(f"{base}/#", 1, properties=p2)
+    pub = clients(broker, V5).connect()
+    pub.publish(f"{base}/x", b"1", qos=1)
+    # Either one message carrying both identifiers or one message per subscription (MQTT-3.3.4-3/5).
+    msgs = sub.expect(1) + sub.drain(1.0)
+    ids = []
+    for m in msgs:
+        sid = m.properties.SubscriptionIdentifier
+        ids += sid if isinstance(sid, list) else [sid]
+    assert sorted(ids) == [7, 9]
+
+
+def test_v5_no_local_subscription_option(broker, clients):
+    topic = unique("interop/nolocal")
+    c = clients(broker, V5).connect()
+    c.subscribe(topic, options=SubscribeOptions(qos=1, noLocal=True))
+    other = clients(broker, V5).connect()
+    c.publish(topic, b"mine", qos=1)
+    other.publish(topic, b"theirs", qos=1)
+    [m] = c.expect(1)
+    assert m.payload == b"theirs"
+    assert c.drain() == []
+
+
+def test_v5_retain_as_published(broker, clients):
+    topic = unique("interop/rap")
+    sub = clients(broker, V5).connect()
+    sub.subscribe(topic, options=SubscribeOptions(qos=1, retainAsPublished=True))
+    pub = clients(broker, V5).connect()
+    pub.publish(topic, b"r", qos=1, retain=True)
+    [m] = sub.expect(1)
+    assert m.retain, "Retain As Published set, RETAIN must be kept"
+
+
+# ---------------------------------------------------------------------------------------------
+# Persistent sessions
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_persistent_session_queues_qos1_while_offline(broker, clients, protocol):
+    topic = unique("interop/persist")
+    cid = unique("persistent-sub")
+    kwargs = {"clean": False}
+    if protocol == V5:
+        kwargs["session_expiry"] = 300
+
+    first = clients(broker, protocol, cid, **kwargs)
+    if protocol == V5:
+        first.connect(clean_start=True)
+    else:
+        # Start from a known state: a clean session removes any earlier one...
+        clients(broker, protocol, cid, clean=True).connect().disconnect()
+        first.connect()
+    assert not first.session_present
+    assert [granted(rc) for rc in first.subscribe(topic, 1)] == [1]
+    first.disconnect()
+
+    pub = clients(broker, protocol).connect()
+    for i in range(20):
+        pub.publish(topic, str(i).encode(), qos=1)
+
+    again = clients(broker, protocol, cid, **kwargs).connect(clean_start=False)
+    assert again.session_present, "session_present must be 1 when resuming a stored session"
+    msgs = again.expect(20)
+    assert [int(m.payload) for m in msgs] == list(range(20))
+    assert all(m.qos == 1 for m in msgs)
+    assert again.drain() == []
+
+    # The subscription survived too: live messages still flow.
+    pub.publish(topic, b"live", qos=1)
+    assert again.expect(1)[0].payload == b"live"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_clean_session_discards_stored_session(broker, clients, protocol):
+    topic = unique("interop/discard")
+    cid = unique("discard-sub")
+    kwargs = {"clean": False}
+    if protocol == V5:
+        kwargs["session_expiry"] = 300
+    first = clients(broker, protocol, cid, **kwargs).connect()
+    first.subscribe(topic, 1)
+    first.disconnect()
+    pub = clients(broker, protocol).connect()
+    pub.publish(topic, b"queued", qos=1)
+
+    fresh = clients(broker, protocol, cid, clean=True).connect(clean_start=True)
+    assert not fresh.session_present
+    assert fresh.drain() == [], "a clean session must not get the old session's messages"
+
+
+# ---------------------------------------------------------------------------------------------
+# Subscription refused by configuration
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_denied_subscription_reason_code(broker_factory, clients, protocol):
+    broker = broker_factory('[auth]\ndeny_subscribe = ["test/nosubscribe"]\n')
+    c = clients(broker, protocol).connect()
+    [rc] = c.subscribe("test/nosubscribe", 1)
+    expected = 0x87 if protocol == V5 else 0x80
+    assert granted(rc) == expected
+    assert [granted(r) for r in c.subscribe("test/allowed", 1)] == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# $SYS
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_sys_version_and_uptime(broker_factory, clients, protocol):
+    broker = broker_factory("[server]\nsys_interval_secs = 1\n")
+    c = clients(broker, protocol).connect()
+    c.subscribe("$SYS/broker/version", 0)
+    c.subscribe("$SYS/broker/uptime", 0)
+    seen: dict[str, bytes] = {}
+    deadline = time.monotonic() + TIMEOUT
+    while len(seen) < 2 and time.monotonic() < deadline:
+        for m in c.drain(0.2):
+            seen[m.topic] = m.payload
+    assert set(seen) == {"$SYS/broker/version", "$SYS/broker/uptime"}, f"got {seen}"
+    assert b"hayate" in seen["$SYS/broker/version"].lower()
+    assert re.fullmatch(rb"\d+ seconds", seen["$SYS/broker/uptime"]), seen["$SYS/broker/uptime"]
+
+    # Updated every interval: a later uptime value arrives.
+    uptimes = [int(seen["$SYS/broker/uptime"].split()[0])]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(uptimes) < 3:
+        for m in c.drain(0.2):
+            if m.topic == "$SYS/broker/uptime":
+                uptimes.append(int(m.payload.split()[0]))
+    assert len(uptimes) >= 3, "uptime not republished every second"
+    assert uptimes == sorted(uptimes) and uptimes[-1] > uptimes[0]
+
+
+def test_sys_topics_not_matched_by_leading_wildcard(broker_factory, clients):
+    broker = broker_factory("[server]\nsys_interval_secs = 1\n")
+    c = clients(broker, V311).connect()
+    c.subscribe("#", 0)
+    c.subscribe("+/broker/uptime", 0)
+    time.sleep(2.5)
+    leaked = [m.topic for m in c.drain(0.5) if m.topic.startswith("$")]
+    assert leaked == [], f"'#'/'+' at the first level matched $ topics (MQTT-4.7.2-1): {leaked[:5]}"
