@@ -42,7 +42,7 @@ pub struct BrokerConfig {
     /// Assign topic aliases on outbound PUBLISH to v5 clients that accept them.
     pub assign_outbound_topic_aliases: bool,
     /// Highest keep alive accepted, in seconds; v5 clients asking for more (or for 0) get this
-    /// value as Server Keep Alive. 0 means no limit.
+    /// value as Server Keep Alive. 65535 means no limit.
     pub max_keep_alive: u16,
     /// Longest client identifier accepted, in bytes.
     pub max_client_id_len: usize,
@@ -119,6 +119,9 @@ impl BrokerConfig {
         }
         if self.max_queued_messages == 0 {
             return invalid("max_queued_messages", "must be at least 1");
+        }
+        if self.max_keep_alive == 0 {
+            return invalid("max_keep_alive", "must be at least 1 (65535 = no limit)");
         }
         if self.max_client_id_len == 0 {
             return invalid("max_client_id_len", "must be at least 1");

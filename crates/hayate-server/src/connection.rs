@@ -11,7 +11,7 @@ use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::Interest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -20,8 +20,10 @@ use tokio::time::Instant;
 const READ_BUDGET: usize = 256 * 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
-/// How long a closing connection may take to flush its last bytes.
-const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection the broker closes may take to flush its last bytes and drain the
+/// client's, and how much it reads while draining.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
+const CLOSE_LINGER_MAX_BYTES: usize = 1024 * 1024;
 
 /// Per-connection settings derived from the configuration once.
 #[derive(Debug)]
@@ -230,22 +232,37 @@ impl Connection {
         Ok(())
     }
 
-    /// Flushes what is owed (a DISCONNECT, a refused CONNACK), closes, and lets the channel
-    /// settle the session and will.
+    /// Flushes what is owed (a DISCONNECT, a refused CONNACK), lets the channel settle the
+    /// session and will, then closes. When the broker ended the connection it half-closes and
+    /// discards what the client still sends for a moment: closing at once would make the kernel
+    /// answer the client's in-flight packets with a reset, and the client could lose our
+    /// DISCONNECT (and its reason code) before reading it.
     async fn close(&mut self, close: Option<Close>) {
-        if let Some(close) = close {
-            tracing::debug!(peer = %self.peer, client_id = ?self.channel.client_id(), reason = %close.reason, event = close.event, "connection_closing");
-            let flush = async {
-                while !self.out.is_empty() {
-                    if self.stream.writable().await.is_err() || self.flush().is_err() {
-                        return;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, flush).await;
-        }
         let mut wake = WakeList::new();
         self.channel.finish(Instant::now().into_std(), &mut wake);
         wake.iter().for_each(|doorbell| doorbell.notify_one());
+        let Some(close) = close else { return };
+        tracing::debug!(peer = %self.peer, reason = %close.reason, event = close.event, "connection_closing");
+        let deadline = Instant::now() + CLOSE_LINGER;
+        let flush = async {
+            while !self.out.is_empty() {
+                if self.stream.writable().await.is_err() || self.flush().is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout_at(deadline, flush).await;
+        if close.event == "client_disconnect" {
+            return;
+        }
+        let _ = self.stream.shutdown().await;
+        let mut discarded = 0usize;
+        let mut sink = [0u8; 4096];
+        while discarded < CLOSE_LINGER_MAX_BYTES {
+            match tokio::time::timeout_at(deadline, self.stream.read(&mut sink)).await {
+                Ok(Ok(n)) if n > 0 => discarded += n,
+                _ => break,
+            }
+        }
     }
 }
