@@ -43,22 +43,27 @@ class PahoClient:
         clean: bool = True,
         session_expiry: int | None = None,
         will: tuple[str, bytes, int, bool] | None = None,
+        will_properties: Properties | None = None,
+        connect_properties: dict | None = None,
+        manual_ack: bool = False,
     ) -> None:
         self.broker = broker
         self.protocol = protocol
-        self.client_id = client_id or unique("paho")
+        self.client_id = unique("paho") if client_id is None else client_id
         self.clean = clean
         self.session_expiry = session_expiry
+        self.connect_properties = connect_properties or {}
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             clean_session=clean if protocol != V5 else None,
             protocol=protocol,
             reconnect_on_failure=False,
+            manual_ack=manual_ack,
         )
         if will is not None:
             topic, payload, qos, retain = will
-            self.client.will_set(topic, payload, qos=qos, retain=retain)
+            self.client.will_set(topic, payload, qos=qos, retain=retain, properties=will_properties)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self._connected = threading.Event()
         self._disconnected = threading.Event()
@@ -96,9 +101,11 @@ class PahoClient:
         kwargs = {}
         if self.protocol == V5:
             kwargs["clean_start"] = self.clean if clean_start is None else clean_start
+            props = Properties(PacketTypes.CONNECT)
             if self.session_expiry is not None:
-                props = Properties(PacketTypes.CONNECT)
                 props.SessionExpiryInterval = self.session_expiry
+            for name, value in self.connect_properties.items():
+                setattr(props, name, value)
         self.client.connect(self.broker.host, self.broker.port, keepalive=30, properties=props, **kwargs)
         self.client.loop_start()
         assert self._connected.wait(TIMEOUT), f"{self.client_id}: no CONNACK within {TIMEOUT}s"
@@ -160,9 +167,9 @@ class PahoClient:
             except queue.Empty:
                 return got
 
-    def disconnect(self) -> None:
+    def disconnect(self, reasoncode=None) -> None:
         if self.client.is_connected():
-            self.client.disconnect()
+            self.client.disconnect(reasoncode=reasoncode)
             self._disconnected.wait(TIMEOUT)
         self.client.loop_stop()
 
@@ -581,3 +588,175 @@ def test_sys_topics_not_matched_by_leading_wildcard(broker_factory, clients):
     time.sleep(2.5)
     leaked = [m.topic for m in c.drain(0.5) if m.topic.startswith("$")]
     assert leaked == [], f"'#'/'+' at the first level matched $ topics (MQTT-4.7.2-1): {leaked[:5]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Redelivery, expiry, will delay and other session behaviour
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_unacked_qos1_redelivered_with_dup_after_reconnect(broker, clients, protocol):
+    topic = unique("interop/redeliver")
+    cid = unique("redeliver-sub")
+    kwargs = {"clean": False, "session_expiry": 300 if protocol == V5 else None}
+    sub = clients(broker, protocol, cid, manual_ack=True, **kwargs).connect(clean_start=True)
+    sub.subscribe(topic, 1)
+    pub = clients(broker, protocol).connect()
+    pub.publish(topic, b"unacked", qos=1)
+    [m] = sub.expect(1)
+    assert not m.dup
+    sub.kill_socket()  # never sent the PUBACK
+
+    again = clients(broker, protocol, cid, **kwargs).connect(clean_start=False)
+    assert again.session_present
+    [m] = again.expect(1)
+    assert m.payload == b"unacked"
+    assert m.dup, "a re-sent PUBLISH must have DUP 1 (MQTT-4.4.0-1 / 3.1.1 4.4)"
+    assert again.drain() == []
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_unsubscribe_stops_delivery(broker, clients, protocol):
+    topic = unique("interop/unsub")
+    sub = clients(broker, protocol).connect()
+    sub.subscribe(topic, 1)
+    pub = clients(broker, protocol).connect()
+    pub.publish(topic, b"before", qos=1)
+    assert sub.expect(1)[0].payload == b"before"
+    done = threading.Event()
+    sub.client.on_unsubscribe = lambda *a: done.set()
+    sub.client.unsubscribe(topic)
+    assert done.wait(TIMEOUT), "no UNSUBACK"
+    pub.publish(topic, b"after", qos=1)
+    assert sub.drain() == []
+
+
+def test_v5_assigned_client_identifier(broker, clients):
+    c = clients(broker, V5, client_id="").connect()
+    assigned = getattr(c.connect_props, "AssignedClientIdentifier", None)
+    assert assigned, "empty client id in v5 CONNECT must get an Assigned Client Identifier"
+
+
+def test_v5_message_expiry_while_offline(broker, clients):
+    topic = unique("interop/expiry")
+    cid = unique("expiry-sub")
+    sub = clients(broker, V5, cid, clean=False, session_expiry=300).connect(clean_start=True)
+    sub.subscribe(topic, 1)
+    sub.disconnect()
+
+    pub = clients(broker, V5).connect()
+    short = Properties(PacketTypes.PUBLISH)
+    short.MessageExpiryInterval = 1
+    pub.publish(topic, b"short-lived", qos=1, properties=short)
+    long = Properties(PacketTypes.PUBLISH)
+    long.MessageExpiryInterval = 60
+    pub.publish(topic, b"long-lived", qos=1, properties=long)
+    time.sleep(2.5)
+
+    again = clients(broker, V5, cid, clean=False, session_expiry=300).connect(clean_start=False)
+    assert again.session_present
+    msgs = again.expect(1) + again.drain()
+    assert [m.payload for m in msgs] == [b"long-lived"], "expired message delivered (MQTT-3.3.2-5)"
+    remaining = msgs[0].properties.MessageExpiryInterval
+    assert remaining <= 58, f"expiry interval not reduced by the time spent waiting: {remaining}"
+
+
+def test_v5_retained_message_expiry(broker, clients):
+    topic = unique("interop/retexpiry")
+    pub = clients(broker, V5).connect()
+    props = Properties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 1
+    pub.publish(topic, b"soon gone", qos=1, retain=True, properties=props)
+    time.sleep(2.5)
+    sub = clients(broker, V5).connect()
+    sub.subscribe(topic, 1)
+    stale = sub.drain()
+    assert stale == [], "expired retained message still delivered"
+
+
+def test_v5_will_delay_interval(broker, clients):
+    will_topic = unique("interop/willdelay")
+    observer = clients(broker, V5).connect()
+    observer.subscribe(will_topic, 1)
+    wp = Properties(PacketTypes.WILLMESSAGE)
+    wp.WillDelayInterval = 2
+    dying = clients(broker, V5, will=(will_topic, b"late will", 1, False), will_properties=wp,
+                    session_expiry=60).connect()
+    dying.kill_socket()
+    early = observer.drain(1.0)
+    assert early == [], "will sent before its Will Delay Interval"
+    [m] = observer.expect(1, timeout=5)
+    assert m.payload == b"late will"
+
+
+def test_v5_will_delay_cancelled_by_reconnect(broker, clients):
+    will_topic = unique("interop/willcancel")
+    cid = unique("willcancel")
+    observer = clients(broker, V5).connect()
+    observer.subscribe(will_topic, 1)
+    wp = Properties(PacketTypes.WILLMESSAGE)
+    wp.WillDelayInterval = 3
+    dying = clients(broker, V5, cid, will=(will_topic, b"cancelled", 1, False), will_properties=wp,
+                    clean=False, session_expiry=60).connect(clean_start=True)
+    dying.kill_socket()
+    time.sleep(0.5)
+    clients(broker, V5, cid, clean=False, session_expiry=60).connect(clean_start=False)
+    leaked = observer.drain(4.0)
+    assert leaked == [], "will sent although the client reconnected within the Will Delay Interval"
+
+
+def test_v5_disconnect_with_will_message(broker, clients):
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    will_topic = unique("interop/willrc4")
+    observer = clients(broker, V5).connect()
+    observer.subscribe(will_topic, 1)
+    c = clients(broker, V5, will=(will_topic, b"asked for", 1, False)).connect()
+    c.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, "Disconnect with will message"))
+    [m] = observer.expect(1)
+    assert m.payload == b"asked for"
+
+
+def test_v5_session_expiry(broker, clients):
+    topic = unique("interop/sessexp")
+    cid = unique("sessexp")
+    first = clients(broker, V5, cid, clean=False, session_expiry=1).connect(clean_start=True)
+    first.subscribe(topic, 1)
+    first.disconnect()
+    time.sleep(2.5)
+    again = clients(broker, V5, cid, clean=False, session_expiry=1).connect(clean_start=False)
+    assert not again.session_present, "session kept past its Session Expiry Interval"
+
+
+def test_v5_receive_maximum_respected(broker, clients):
+    topic = unique("interop/recvmax")
+    sub = clients(broker, V5, connect_properties={"ReceiveMaximum": 2}, manual_ack=True).connect()
+    sub.subscribe(topic, 1)
+    pub = clients(broker, V5).connect()
+    for i in range(10):
+        pub.publish(topic, str(i).encode(), qos=1, wait=False)
+
+    received = []
+    while len(received) < 10:
+        batch = sub.expect(min(2, 10 - len(received)))
+        extra = sub.drain(0.5)
+        assert extra == [], f"more than Receive Maximum (2) unacknowledged PUBLISHes in flight: {len(extra)} extra"
+        received += batch
+        for m in batch:
+            sub.client.ack(m.mid, 1)
+    assert [int(m.payload) for m in received] == list(range(10))
+
+
+def test_v5_topic_alias_from_client(broker, clients):
+    topic = unique("interop/alias")
+    sub = clients(broker, V5).connect()
+    sub.subscribe(topic, 1)
+    maximum = getattr(sub.connect_props, "TopicAliasMaximum", 0)
+    assert maximum >= 1, "broker announces no topic aliases (config default is 64)"
+    pub = clients(broker, V5).connect()
+    props = Properties(PacketTypes.PUBLISH)
+    props.TopicAlias = 1
+    pub.publish(topic, b"first", qos=1, properties=props)
+    pub.publish("", b"second", qos=1, properties=props)
+    msgs = sub.expect(2)
+    assert [(m.topic, m.payload) for m in msgs] == [(topic, b"first"), (topic, b"second")]

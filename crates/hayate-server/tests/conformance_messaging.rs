@@ -8,6 +8,7 @@
 //! 3.1.1 number where it differs). Tests that apply to both protocol levels expand into one
 //! test per level (`…::v3_1_1` and `…::v5`).
 
+#[macro_use]
 #[path = "conformance_messaging/common.rs"]
 mod common;
 

@@ -42,11 +42,6 @@ pub fn opts(qos: QoS) -> SubscriptionOptions {
     SubscriptionOptions::with_qos(qos)
 }
 
-/// The QoS a SUBACK code grants, or `None` for a failure code.
-pub fn granted(code: u8) -> Option<QoS> {
-    QoS::from_u8(code)
-}
-
 /// Connects with the given clean flag and (v5) CONNECT properties; panics unless accepted.
 pub async fn connect_with(
     broker: &TestBroker,
@@ -59,7 +54,11 @@ pub async fn connect_with(
     let mut connect = connect_packet(version, client_id, clean_start);
     connect.properties = properties;
     let connack = client.connect(connect).await;
-    assert_eq!(connack.reason_code, ReasonCode::SUCCESS, "CONNACK refused: {connack:?}");
+    assert_eq!(
+        connack.reason_code,
+        ReasonCode::SUCCESS,
+        "CONNACK refused: {connack:?}"
+    );
     (client, connack)
 }
 
@@ -70,7 +69,9 @@ pub async fn client(broker: &TestBroker, version: ProtocolVersion, client_id: &s
 
 /// Connects a v5 client with CONNECT properties and a clean start.
 pub async fn client_v5(broker: &TestBroker, client_id: &str, properties: Properties) -> RawClient {
-    connect_with(broker, V5, client_id, true, properties).await.0
+    connect_with(broker, V5, client_id, true, properties)
+        .await
+        .0
 }
 
 /// A PUBLISH with v5 properties.
@@ -94,7 +95,11 @@ pub async fn send_publish(client: &mut RawClient, publish: Publish) {
 
 /// Sends a QoS 0 publish and makes sure the broker has processed it (PINGREQ round trip).
 pub async fn publish_qos0(client: &mut RawClient, topic: &str, payload: &[u8], retain: bool) {
-    send_publish(client, publish_packet(topic, payload, QoS::AtMostOnce, retain, None)).await;
+    send_publish(
+        client,
+        publish_packet(topic, payload, QoS::AtMostOnce, retain, None),
+    )
+    .await;
     sync(client).await;
 }
 
@@ -132,9 +137,14 @@ pub async fn publish_full(client: &mut RawClient, publish: Publish) -> ReasonCod
             let rec = expect_pubrec(client).await;
             assert_eq!(Some(rec.packet_id), id, "PUBREC for another packet id");
             if !rec.reason_code.is_error() {
-                client.send(Packet::PubRel(PubResp::new(rec.packet_id))).await;
+                client
+                    .send(Packet::PubRel(PubResp::new(rec.packet_id)))
+                    .await;
                 let comp = expect_pubcomp(client).await;
-                assert_eq!(comp.packet_id, rec.packet_id, "PUBCOMP for another packet id");
+                assert_eq!(
+                    comp.packet_id, rec.packet_id,
+                    "PUBCOMP for another packet id"
+                );
                 assert_eq!(comp.reason_code, ReasonCode::SUCCESS);
             }
             rec.reason_code
@@ -204,7 +214,9 @@ async fn answer(client: &mut RawClient, packet: Packet) -> Option<Publish> {
             Some(publish)
         }
         Packet::PubRel(rel) => {
-            client.send(Packet::PubComp(PubResp::new(rel.packet_id))).await;
+            client
+                .send(Packet::PubComp(PubResp::new(rel.packet_id)))
+                .await;
             None
         }
         other => panic!("expected PUBLISH or PUBREL, got {other:?}"),
@@ -262,7 +274,11 @@ pub async fn subscribe_many(
     client.send(Packet::Subscribe(subscribe)).await;
     match client.recv().await {
         Packet::SubAck(suback) => {
-            assert_eq!(suback.packet_id, pid(packet_id), "[MQTT-3.8.4-2] SUBACK packet id");
+            assert_eq!(
+                suback.packet_id,
+                pid(packet_id),
+                "[MQTT-3.8.4-2] SUBACK packet id"
+            );
             suback.reason_codes.iter().map(|c| c.0).collect()
         }
         other => panic!("expected SUBACK, got {other:?}"),
@@ -277,13 +293,21 @@ pub async fn subscribe_with_id(
     subscription_id: u32,
     packet_id: u16,
 ) -> Vec<u8> {
-    let properties =
-        Properties { subscription_identifiers: vec![subscription_id], ..Properties::default() };
-    client.subscribe_with(filter, options, properties, packet_id).await
+    let properties = Properties {
+        subscription_identifiers: vec![subscription_id],
+        ..Properties::default()
+    };
+    client
+        .subscribe_with(filter, options, properties, packet_id)
+        .await
 }
 
 /// Unsubscribes from several filters; checks the UNSUBACK packet id.
-pub async fn unsubscribe_many(client: &mut RawClient, filters: &[&str], packet_id: u16) -> UnsubAck {
+pub async fn unsubscribe_many(
+    client: &mut RawClient,
+    filters: &[&str],
+    packet_id: u16,
+) -> UnsubAck {
     let unsubscribe = Unsubscribe {
         packet_id: pid(packet_id),
         filters: filters.iter().map(|f| (*f).into()).collect(),
@@ -292,7 +316,11 @@ pub async fn unsubscribe_many(client: &mut RawClient, filters: &[&str], packet_i
     client.send(Packet::Unsubscribe(unsubscribe)).await;
     match client.recv().await {
         Packet::UnsubAck(unsuback) => {
-            assert_eq!(unsuback.packet_id, pid(packet_id), "[MQTT-3.10.4-5] UNSUBACK packet id");
+            assert_eq!(
+                unsuback.packet_id,
+                pid(packet_id),
+                "[MQTT-3.10.4-5] UNSUBACK packet id"
+            );
             unsuback
         }
         other => panic!("expected UNSUBACK, got {other:?}"),
@@ -318,7 +346,10 @@ pub async fn expect_server_disconnect(client: &mut RawClient, reason: ReasonCode
             other => panic!("expected DISCONNECT {reason:?} then close, got {other:?}"),
         }
     } else {
-        assert!(before.is_empty(), "v3 close expected without packets, got {before:?}");
+        assert!(
+            before.is_empty(),
+            "v3 close expected without packets, got {before:?}"
+        );
     }
 }
 

@@ -14,8 +14,18 @@ async fn forwarded(topic: &str, properties: Properties) -> Publish {
     let mut sub = client(&broker, V5, "sub").await;
     sub.subscribe(topic, QoS::AtLeastOnce, 1).await;
     let mut publisher = client(&broker, V5, "pub").await;
-    let packet = publish_with(topic, b"payload", QoS::AtLeastOnce, false, Some(1), properties);
-    assert_eq!(publish_full(&mut publisher, packet).await, ReasonCode::SUCCESS);
+    let packet = publish_with(
+        topic,
+        b"payload",
+        QoS::AtLeastOnce,
+        false,
+        Some(1),
+        properties,
+    );
+    assert_eq!(
+        publish_full(&mut publisher, packet).await,
+        ReasonCode::SUCCESS
+    );
     let got = receive_n(&mut sub, 1).await.remove(0);
     expect_no_publish(&mut sub, "one message").await;
     got
@@ -26,22 +36,33 @@ async fn forwarded(topic: &str, properties: Properties) -> Publish {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_4_payload_format_indicator_forwarded() {
     for indicator in [0u8, 1] {
-        let props = Properties { payload_format_indicator: Some(indicator), ..Properties::default() };
+        let props = Properties {
+            payload_format_indicator: Some(indicator),
+            ..Properties::default()
+        };
         let got = forwarded("pfi/t", props).await;
         assert_eq!(got.properties.payload_format_indicator, Some(indicator));
     }
     let got = forwarded("pfi/none", Properties::default()).await;
-    assert_eq!(got.properties.payload_format_indicator, None, "absent stays absent");
+    assert_eq!(
+        got.properties.payload_format_indicator, None,
+        "absent stays absent"
+    );
 }
 
 /// [MQTT-3.3.2-20] "A Server MUST send the Content Type unaltered to all subscribers receiving
 /// the Application Message."
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_20_content_type_forwarded() {
-    let props =
-        Properties { content_type: Some("application/json; charset=\u{e9}".into()), ..Properties::default() };
+    let props = Properties {
+        content_type: Some("application/json; charset=\u{e9}".into()),
+        ..Properties::default()
+    };
     let got = forwarded("ct/t", props).await;
-    assert_eq!(got.properties.content_type.as_deref(), Some("application/json; charset=\u{e9}"));
+    assert_eq!(
+        got.properties.content_type.as_deref(),
+        Some("application/json; charset=\u{e9}")
+    );
 }
 
 /// [MQTT-3.3.2-15] "The Server MUST send the Response Topic unaltered to all subscribers
@@ -56,7 +77,10 @@ async fn mqtt_3_3_2_15_response_topic_and_correlation_data_forwarded() {
         ..Properties::default()
     };
     let got = forwarded("rr/t", props).await;
-    assert_eq!(got.properties.response_topic.as_deref(), Some("reply/to/me"));
+    assert_eq!(
+        got.properties.response_topic.as_deref(),
+        Some("reply/to/me")
+    );
     assert_eq!(got.properties.correlation_data, Some(correlation));
 }
 
@@ -65,9 +89,19 @@ async fn mqtt_3_3_2_15_response_topic_and_correlation_data_forwarded() {
 /// the order of User Properties when forwarding the Application Message" (names may repeat).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_17_user_properties_forwarded_in_order() {
-    let pairs = [("z", "1"), ("a", "2"), ("z", "3"), ("k", ""), ("", "empty name"), ("a", "2")];
+    let pairs = [
+        ("z", "1"),
+        ("a", "2"),
+        ("z", "3"),
+        ("k", ""),
+        ("", "empty name"),
+        ("a", "2"),
+    ];
     let props = Properties {
-        user_properties: pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+        user_properties: pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect(),
         ..Properties::default()
     };
     let got = forwarded("up/t", props.clone()).await;
@@ -95,7 +129,14 @@ async fn mqtt_3_3_2_17_properties_forwarded_together_and_to_v3_subscribers() {
     let mut publisher = client(&broker, V5, "pub").await;
     for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
         let id = (qos != QoS::AtMostOnce).then_some(qos as u16);
-        let packet = publish_with("all/t", "h\u{e9}llo".as_bytes(), qos, false, id, props.clone());
+        let packet = publish_with(
+            "all/t",
+            "h\u{e9}llo".as_bytes(),
+            qos,
+            false,
+            id,
+            props.clone(),
+        );
         publish_full(&mut publisher, packet).await;
         let got = receive_n(&mut v5, 1).await.remove(0);
         assert_eq!(got.properties, props, "at {qos:?}");
@@ -112,31 +153,58 @@ async fn mqtt_3_3_2_17_properties_forwarded_together_and_to_v3_subscribers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_6_message_expiry_interval_reduced_by_time_waited() {
     let broker = TestBroker::start().await;
-    let persistent = Properties { session_expiry_interval: Some(300), ..Properties::default() };
+    let persistent = Properties {
+        session_expiry_interval: Some(300),
+        ..Properties::default()
+    };
     let (mut sub, _) = connect_with(&broker, V5, "sleeper", true, persistent.clone()).await;
     sub.subscribe("exp/t", QoS::AtLeastOnce, 1).await;
     disconnect(sub).await;
 
     let mut publisher = client(&broker, V5, "pub").await;
-    let props = Properties { message_expiry_interval: Some(60), ..Properties::default() };
-    publish_full(&mut publisher, publish_with("exp/t", b"aging", QoS::AtLeastOnce, false, Some(1), props))
-        .await;
+    let props = Properties {
+        message_expiry_interval: Some(60),
+        ..Properties::default()
+    };
+    publish_full(
+        &mut publisher,
+        publish_with("exp/t", b"aging", QoS::AtLeastOnce, false, Some(1), props),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
 
     let (mut sub, connack) = connect_with(&broker, V5, "sleeper", false, persistent).await;
     assert!(connack.session_present);
     let got = receive_n(&mut sub, 1).await.remove(0);
     assert_eq!(&got.payload[..], b"aging");
-    let left = got.properties.message_expiry_interval.expect("Message Expiry Interval forwarded");
-    assert!(left <= 58, "interval {left} not reduced by the 2 s the message waited");
-    assert!(left >= 50, "interval {left} reduced by far more than the time waited");
+    let left = got
+        .properties
+        .message_expiry_interval
+        .expect("Message Expiry Interval forwarded");
+    assert!(
+        left <= 58,
+        "interval {left} not reduced by the 2 s the message waited"
+    );
+    assert!(
+        left >= 50,
+        "interval {left} reduced by far more than the time waited"
+    );
 
     // A live delivery carries the interval too (at most the published value).
-    let props = Properties { message_expiry_interval: Some(30), ..Properties::default() };
-    publish_full(&mut publisher, publish_with("exp/t", b"fresh", QoS::AtLeastOnce, false, Some(2), props))
-        .await;
+    let props = Properties {
+        message_expiry_interval: Some(30),
+        ..Properties::default()
+    };
+    publish_full(
+        &mut publisher,
+        publish_with("exp/t", b"fresh", QoS::AtLeastOnce, false, Some(2), props),
+    )
+    .await;
     let got = receive_n(&mut sub, 1).await.remove(0);
-    let left = got.properties.message_expiry_interval.expect("Message Expiry Interval forwarded");
+    let left = got
+        .properties
+        .message_expiry_interval
+        .expect("Message Expiry Interval forwarded");
     assert!((1..=30).contains(&left), "interval {left}");
 }
 
@@ -146,25 +214,50 @@ async fn mqtt_3_3_2_6_message_expiry_interval_reduced_by_time_waited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_5_expired_message_not_delivered() {
     let broker = TestBroker::start().await;
-    let persistent = Properties { session_expiry_interval: Some(300), ..Properties::default() };
+    let persistent = Properties {
+        session_expiry_interval: Some(300),
+        ..Properties::default()
+    };
     let (mut sub, _) = connect_with(&broker, V5, "sleeper", true, persistent.clone()).await;
     sub.subscribe("gone/t", QoS::ExactlyOnce, 1).await;
     disconnect(sub).await;
 
     let mut publisher = client(&broker, V5, "pub").await;
-    let short = Properties { message_expiry_interval: Some(1), ..Properties::default() };
+    let short = Properties {
+        message_expiry_interval: Some(1),
+        ..Properties::default()
+    };
     for (i, qos) in [QoS::AtLeastOnce, QoS::ExactlyOnce].into_iter().enumerate() {
-        let packet = publish_with("gone/t", b"expires", qos, false, Some(i as u16 + 1), short.clone());
+        let packet = publish_with(
+            "gone/t",
+            b"expires",
+            qos,
+            false,
+            Some(i as u16 + 1),
+            short.clone(),
+        );
         publish_full(&mut publisher, packet).await;
     }
-    publish(&mut publisher, "gone/t", b"marker", QoS::AtLeastOnce, false, 9).await;
+    publish(
+        &mut publisher,
+        "gone/t",
+        b"marker",
+        QoS::AtLeastOnce,
+        false,
+        9,
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
 
     let (mut sub, connack) = connect_with(&broker, V5, "sleeper", false, persistent).await;
     assert!(connack.session_present);
     let got = receive_until_quiet(&mut sub, QUIET).await;
     let payloads: Vec<&[u8]> = got.iter().map(|p| &p.payload[..]).collect();
-    assert_eq!(payloads, [&b"marker"[..]], "expired messages were delivered");
+    assert_eq!(
+        payloads,
+        [&b"marker"[..]],
+        "expired messages were delivered"
+    );
 }
 
 /// [MQTT-3.3.4-3] "If the Client specified a Subscription Identifier for any of the overlapping
@@ -175,12 +268,31 @@ async fn mqtt_3_3_2_5_expired_message_not_delivered() {
 async fn mqtt_3_3_4_3_subscription_identifier_sent_with_publish() {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, V5, "pub").await;
-    publish(&mut publisher, "sid/retained", b"r", QoS::AtLeastOnce, true, 1).await;
+    publish(
+        &mut publisher,
+        "sid/retained",
+        b"r",
+        QoS::AtLeastOnce,
+        true,
+        1,
+    )
+    .await;
     let mut with_id = client(&broker, V5, "with").await;
-    subscribe_with_id(&mut with_id, "sid/#", opts(QoS::AtLeastOnce), 268_435_455, 1).await;
+    subscribe_with_id(
+        &mut with_id,
+        "sid/#",
+        opts(QoS::AtLeastOnce),
+        268_435_455,
+        1,
+    )
+    .await;
     let got = receive_n(&mut with_id, 1).await.remove(0);
     assert!(got.retain);
-    assert_eq!(got.properties.subscription_identifiers, vec![268_435_455], "retained message");
+    assert_eq!(
+        got.properties.subscription_identifiers,
+        vec![268_435_455],
+        "retained message"
+    );
 
     let mut without = client(&broker, V5, "without").await;
     without.subscribe("sid/#", QoS::AtLeastOnce, 1).await;
@@ -190,7 +302,10 @@ async fn mqtt_3_3_4_3_subscription_identifier_sent_with_publish() {
     let got = receive_n(&mut with_id, 1).await.remove(0);
     assert_eq!(got.properties.subscription_identifiers, vec![268_435_455]);
     let got = receive_n(&mut without, 1).await.remove(0);
-    assert!(got.properties.subscription_identifiers.is_empty(), "{got:?}");
+    assert!(
+        got.properties.subscription_identifiers.is_empty(),
+        "{got:?}"
+    );
 
     // Re-subscribing replaces the identifier (the subscription is replaced [MQTT-3.8.4-3]).
     subscribe_with_id(&mut with_id, "sid/#", opts(QoS::AtLeastOnce), 7, 2).await;
@@ -206,8 +321,12 @@ async fn mqtt_3_3_4_3_subscription_identifier_sent_with_publish() {
 async fn mqtt_3_8_3_3_no_local_own_publishes_not_echoed() {
     let broker = TestBroker::start().await;
     let mut me = client(&broker, V5, "me").await;
-    let no_local = SubscriptionOptions { no_local: true, ..opts(QoS::AtLeastOnce) };
-    me.subscribe_with("nl/t", no_local, Properties::default(), 1).await;
+    let no_local = SubscriptionOptions {
+        no_local: true,
+        ..opts(QoS::AtLeastOnce)
+    };
+    me.subscribe_with("nl/t", no_local, Properties::default(), 1)
+        .await;
     let mut other = client(&broker, V5, "other").await;
     other.subscribe("nl/t", QoS::AtLeastOnce, 1).await;
 
@@ -235,11 +354,15 @@ async fn mqtt_3_3_2_12_inbound_topic_alias_mapping_used() {
     let broker = TestBroker::start_with(|c| c.broker.topic_alias_maximum = 5).await;
     let mut sub = client(&broker, V5, "sub").await;
     sub.subscribe("alias/#", QoS::AtLeastOnce, 1).await;
-    let (mut publisher, connack) = connect_with(&broker, V5, "pub", true, Properties::default()).await;
+    let (mut publisher, connack) =
+        connect_with(&broker, V5, "pub", true, Properties::default()).await;
     assert_eq!(connack.properties.topic_alias_maximum, Some(5));
 
     let with_alias = |topic: &str, alias: u16, payload: &[u8], id: u16| {
-        let props = Properties { topic_alias: Some(alias), ..Properties::default() };
+        let props = Properties {
+            topic_alias: Some(alias),
+            ..Properties::default()
+        };
         publish_with(topic, payload, QoS::AtLeastOnce, false, Some(id), props)
     };
     publish_full(&mut publisher, with_alias("alias/one", 1, b"1", 1)).await;
@@ -249,15 +372,25 @@ async fn mqtt_3_3_2_12_inbound_topic_alias_mapping_used() {
     publish_full(&mut publisher, with_alias("alias/remapped", 1, b"5", 5)).await;
     publish_full(&mut publisher, with_alias("", 1, b"6", 6)).await;
     // QoS 0 uses the mapping too.
-    let props = Properties { topic_alias: Some(5), ..Properties::default() };
-    send_publish(&mut publisher, publish_with("", b"7", QoS::AtMostOnce, false, None, props)).await;
+    let props = Properties {
+        topic_alias: Some(5),
+        ..Properties::default()
+    };
+    send_publish(
+        &mut publisher,
+        publish_with("", b"7", QoS::AtMostOnce, false, None, props),
+    )
+    .await;
     sync(&mut publisher).await;
 
     let got: Vec<(String, Vec<u8>)> = receive_n(&mut sub, 7)
         .await
         .into_iter()
         .map(|p| {
-            assert_eq!(p.properties.topic_alias, None, "no outbound aliases configured");
+            assert_eq!(
+                p.properties.topic_alias, None,
+                "no outbound aliases configured"
+            );
             (p.topic.to_string(), p.payload.to_vec())
         })
         .collect();
@@ -270,8 +403,10 @@ async fn mqtt_3_3_2_12_inbound_topic_alias_mapping_used() {
         ("alias/remapped", "6"),
         ("alias/five", "7"),
     ];
-    let expected: Vec<(String, Vec<u8>)> =
-        expected.iter().map(|(t, p)| (t.to_string(), p.as_bytes().to_vec())).collect();
+    let expected: Vec<(String, Vec<u8>)> = expected
+        .iter()
+        .map(|(t, p)| (t.to_string(), p.as_bytes().to_vec()))
+        .collect();
     assert_eq!(got, expected);
 }
 
@@ -285,18 +420,31 @@ async fn mqtt_3_3_2_9_topic_alias_above_maximum_disconnect_0x94() {
     sub.subscribe("bad/#", QoS::AtLeastOnce, 1).await;
     for (i, alias) in [6u16, u16::MAX, 0].into_iter().enumerate() {
         let mut publisher = client(&broker, V5, &format!("pub{i}")).await;
-        let props = Properties { topic_alias: Some(alias), ..Properties::default() };
+        let props = Properties {
+            topic_alias: Some(alias),
+            ..Properties::default()
+        };
         let packet = publish_with("bad/alias", b"x", QoS::AtLeastOnce, false, Some(1), props);
         send_publish(&mut publisher, packet).await;
         expect_server_disconnect(&mut publisher, ReasonCode::TOPIC_ALIAS_INVALID).await;
     }
     // With Topic Alias Maximum 0 announced, every alias is invalid [MQTT-3.2.2-18].
     let broker0 = TestBroker::start_with(|c| c.broker.topic_alias_maximum = 0).await;
-    let (mut publisher, connack) = connect_with(&broker0, V5, "pub", true, Properties::default()).await;
-    assert!(matches!(connack.properties.topic_alias_maximum, None | Some(0)));
-    let props = Properties { topic_alias: Some(1), ..Properties::default() };
-    send_publish(&mut publisher, publish_with("bad/alias", b"x", QoS::AtMostOnce, false, None, props))
-        .await;
+    let (mut publisher, connack) =
+        connect_with(&broker0, V5, "pub", true, Properties::default()).await;
+    assert!(matches!(
+        connack.properties.topic_alias_maximum,
+        None | Some(0)
+    ));
+    let props = Properties {
+        topic_alias: Some(1),
+        ..Properties::default()
+    };
+    send_publish(
+        &mut publisher,
+        publish_with("bad/alias", b"x", QoS::AtMostOnce, false, None, props),
+    )
+    .await;
     expect_server_disconnect(&mut publisher, ReasonCode::TOPIC_ALIAS_INVALID).await;
 
     expect_no_publish(&mut sub, "a PUBLISH with an invalid alias was routed").await;
@@ -309,21 +457,41 @@ async fn mqtt_3_3_2_9_topic_alias_above_maximum_disconnect_0x94() {
 async fn mqtt_3_3_2_7_unknown_topic_alias_protocol_error() {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, V5, "pub").await;
-    send_publish(&mut publisher, publish_packet("", b"x", QoS::AtLeastOnce, false, Some(1))).await;
+    send_publish(
+        &mut publisher,
+        publish_packet("", b"x", QoS::AtLeastOnce, false, Some(1)),
+    )
+    .await;
     expect_server_disconnect(&mut publisher, ReasonCode::PROTOCOL_ERROR).await;
 
-    let persistent = Properties { session_expiry_interval: Some(60), ..Properties::default() };
+    let persistent = Properties {
+        session_expiry_interval: Some(60),
+        ..Properties::default()
+    };
     let (mut publisher, _) = connect_with(&broker, V5, "pub2", true, persistent.clone()).await;
-    let props = Properties { topic_alias: Some(1), ..Properties::default() };
+    let props = Properties {
+        topic_alias: Some(1),
+        ..Properties::default()
+    };
     publish_full(
         &mut publisher,
-        publish_with("mapped/t", b"x", QoS::AtLeastOnce, false, Some(1), props.clone()),
+        publish_with(
+            "mapped/t",
+            b"x",
+            QoS::AtLeastOnce,
+            false,
+            Some(1),
+            props.clone(),
+        ),
     )
     .await;
     disconnect(publisher).await;
     let (mut publisher, _) = connect_with(&broker, V5, "pub2", false, persistent).await;
-    send_publish(&mut publisher, publish_with("", b"x", QoS::AtLeastOnce, false, Some(2), props))
-        .await;
+    send_publish(
+        &mut publisher,
+        publish_with("", b"x", QoS::AtLeastOnce, false, Some(2), props),
+    )
+    .await;
     expect_server_disconnect(&mut publisher, ReasonCode::PROTOCOL_ERROR).await;
 }
 
@@ -335,7 +503,10 @@ async fn mqtt_3_3_2_7_unknown_topic_alias_protocol_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_11_outbound_topic_aliases_within_client_maximum() {
     let broker = TestBroker::start_with(|c| c.broker.assign_outbound_topic_aliases = true).await;
-    let accepts = Properties { topic_alias_maximum: Some(2), ..Properties::default() };
+    let accepts = Properties {
+        topic_alias_maximum: Some(2),
+        ..Properties::default()
+    };
     let mut sub = client_v5(&broker, "sub", accepts).await;
     sub.subscribe("oa/#", QoS::AtLeastOnce, 1).await;
     let mut refuses = client(&broker, V5, "refuses").await;
@@ -346,7 +517,15 @@ async fn mqtt_3_3_2_11_outbound_topic_aliases_within_client_maximum() {
     let mut publisher = client(&broker, V5, "pub").await;
     let topics = ["oa/a", "oa/a", "oa/b", "oa/b", "oa/c", "oa/c", "oa/a"];
     for (i, topic) in topics.iter().enumerate() {
-        publish(&mut publisher, topic, topic.as_bytes(), QoS::AtLeastOnce, false, i as u16 + 1).await;
+        publish(
+            &mut publisher,
+            topic,
+            topic.as_bytes(),
+            QoS::AtLeastOnce,
+            false,
+            i as u16 + 1,
+        )
+        .await;
     }
 
     let got = receive_n(&mut sub, topics.len()).await;
@@ -355,9 +534,16 @@ async fn mqtt_3_3_2_11_outbound_topic_aliases_within_client_maximum() {
         assert_eq!(&message.payload[..], topic.as_bytes());
         match message.properties.topic_alias {
             Some(alias) => {
-                assert!((1..=2).contains(&alias), "[MQTT-3.3.2-11] alias {alias} above 2");
+                assert!(
+                    (1..=2).contains(&alias),
+                    "[MQTT-3.3.2-11] alias {alias} above 2"
+                );
                 if message.topic.is_empty() {
-                    assert_eq!(known.get(&alias).map(String::as_str), Some(topic), "alias {alias}");
+                    assert_eq!(
+                        known.get(&alias).map(String::as_str),
+                        Some(topic),
+                        "alias {alias}"
+                    );
                 } else {
                     assert_eq!(message.topic.as_str(), topic);
                     known.insert(alias, topic.to_string());
@@ -399,7 +585,10 @@ async fn subscriber_with(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_1_2_25_message_over_client_maximum_packet_size_not_sent() {
     let broker = TestBroker::start().await;
-    let small = Properties { maximum_packet_size: Some(128), ..Properties::default() };
+    let small = Properties {
+        maximum_packet_size: Some(128),
+        ..Properties::default()
+    };
     let mut limited = subscriber_with(&broker, "limited", small, "big/#", QoS::AtLeastOnce).await;
     let mut unlimited = client(&broker, V5, "unlimited").await;
     unlimited.subscribe("big/#", QoS::AtLeastOnce, 1).await;
@@ -408,7 +597,10 @@ async fn mqtt_3_1_2_25_message_over_client_maximum_packet_size_not_sent() {
 
     let mut publisher = client(&broker, V5, "pub").await;
     let big = payload_of(200);
-    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce].into_iter().enumerate() {
+    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+        .into_iter()
+        .enumerate()
+    {
         publish(&mut publisher, "big/t", &big, qos, false, i as u16 + 1).await;
     }
     // Fits in 128 bytes on its own, but not with the user properties it carries.
@@ -416,16 +608,31 @@ async fn mqtt_3_1_2_25_message_over_client_maximum_packet_size_not_sent() {
         user_properties: vec![("pad".into(), "p".repeat(100).into())],
         ..Properties::default()
     };
-    let packet = publish_with("big/props", b"small", QoS::AtLeastOnce, false, Some(7), props);
+    let packet = publish_with(
+        "big/props",
+        b"small",
+        QoS::AtLeastOnce,
+        false,
+        Some(7),
+        props,
+    );
     publish_full(&mut publisher, packet).await;
     publish(&mut publisher, "big/t", b"fits", QoS::AtLeastOnce, false, 8).await;
 
     let got = receive_until_quiet(&mut limited, QUIET).await;
     let payloads: Vec<&[u8]> = got.iter().map(|p| &p.payload[..]).collect();
-    assert_eq!(payloads, [&b"fits"[..]], "only the message that fits is sent");
+    assert_eq!(
+        payloads,
+        [&b"fits"[..]],
+        "only the message that fits is sent"
+    );
     for other in [&mut unlimited, &mut v3] {
         let got = receive_until_quiet(other, QUIET).await;
-        assert_eq!(got.len(), 5, "the other subscribers get every message: {got:?}");
+        assert_eq!(
+            got.len(),
+            5,
+            "the other subscribers get every message: {got:?}"
+        );
     }
 }
 
@@ -475,7 +682,10 @@ async fn mqtt_3_3_5_2_unauthorised_publish_acknowledged_not_delivered() {
     publish(&mut v5, "test/nopublish", b"x", QoS::AtMostOnce, false, 0).await;
 
     let mut v3 = client(&broker, V3, "v3").await;
-    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce].into_iter().enumerate() {
+    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+        .into_iter()
+        .enumerate()
+    {
         // `publish` completes the normal flow: PUBACK, or PUBREC/PUBREL/PUBCOMP.
         let code = publish(&mut v3, "test/nopublish", b"x", qos, false, i as u16 + 1).await;
         assert_eq!(code, ReasonCode::SUCCESS);
@@ -484,7 +694,11 @@ async fn mqtt_3_3_5_2_unauthorised_publish_acknowledged_not_delivered() {
 
     let got = receive_until_quiet(&mut sub, QUIET).await;
     let topics: Vec<&str> = got.iter().map(|p| p.topic.as_str()).collect();
-    assert_eq!(topics, ["test/ok", "test/ok"], "denied publishes were delivered: {got:?}");
+    assert_eq!(
+        topics,
+        ["test/ok", "test/ok"],
+        "denied publishes were delivered: {got:?}"
+    );
 }
 
 /// [MQTT-3.3.2-4] / §3.3.2.3.2: a receiver may check a payload declared UTF-8 (Payload Format
@@ -496,17 +710,43 @@ async fn mqtt_3_3_2_4_invalid_utf8_payload_refused_0x99() {
     let mut sub = client(&broker, V5, "sub").await;
     sub.subscribe("pf/#", QoS::AtLeastOnce, 1).await;
     let mut publisher = client(&broker, V5, "pub").await;
-    let utf8 = Properties { payload_format_indicator: Some(1), ..Properties::default() };
+    let utf8 = Properties {
+        payload_format_indicator: Some(1),
+        ..Properties::default()
+    };
     let bad: &[u8] = &[b'o', b'k', 0xFF, 0xFE, 0xC0, 0x80];
     for (i, qos) in [QoS::AtLeastOnce, QoS::ExactlyOnce].into_iter().enumerate() {
         let packet = publish_with("pf/t", bad, qos, false, Some(i as u16 + 1), utf8.clone());
-        assert_eq!(publish_full(&mut publisher, packet).await, ReasonCode::PAYLOAD_FORMAT_INVALID);
+        assert_eq!(
+            publish_full(&mut publisher, packet).await,
+            ReasonCode::PAYLOAD_FORMAT_INVALID
+        );
     }
     // The same bytes without the indicator are fine, as is valid UTF-8 with it.
-    let unspecified = publish_with("pf/t", bad, QoS::AtLeastOnce, false, Some(3), Properties::default());
-    assert_eq!(publish_full(&mut publisher, unspecified).await, ReasonCode::SUCCESS);
-    let good = publish_with("pf/t", "gr\u{fc}n".as_bytes(), QoS::AtLeastOnce, false, Some(4), utf8);
-    assert_eq!(publish_full(&mut publisher, good).await, ReasonCode::SUCCESS);
+    let unspecified = publish_with(
+        "pf/t",
+        bad,
+        QoS::AtLeastOnce,
+        false,
+        Some(3),
+        Properties::default(),
+    );
+    assert_eq!(
+        publish_full(&mut publisher, unspecified).await,
+        ReasonCode::SUCCESS
+    );
+    let good = publish_with(
+        "pf/t",
+        "gr\u{fc}n".as_bytes(),
+        QoS::AtLeastOnce,
+        false,
+        Some(4),
+        utf8,
+    );
+    assert_eq!(
+        publish_full(&mut publisher, good).await,
+        ReasonCode::SUCCESS
+    );
 
     let got = receive_until_quiet(&mut sub, QUIET).await;
     let payloads: Vec<&[u8]> = got.iter().map(|p| &p.payload[..]).collect();
@@ -523,16 +763,24 @@ async fn mqtt_3_3_4_6_subscription_identifier_from_client_rejected() {
     sub.subscribe("sidc/#", QoS::AtLeastOnce, 1).await;
     let mut publisher = broker.raw(V5).await;
     publisher.connect(connect_packet(V5, "pub", true)).await;
-    let props = Properties { subscription_identifiers: vec![5], ..Properties::default() };
+    let props = Properties {
+        subscription_identifiers: vec![5],
+        ..Properties::default()
+    };
     let packet = publish_with("sidc/t", b"x", QoS::AtLeastOnce, false, Some(1), props);
     publisher.send(Packet::Publish(packet)).await;
     let before = publisher.expect_closed().await;
     match before.as_slice() {
         [Packet::Disconnect(d)] => assert!(
-            d.reason_code == ReasonCode::PROTOCOL_ERROR || d.reason_code == ReasonCode::MALFORMED_PACKET,
+            d.reason_code == ReasonCode::PROTOCOL_ERROR
+                || d.reason_code == ReasonCode::MALFORMED_PACKET,
             "{d:?}"
         ),
         other => panic!("expected DISCONNECT then close, got {other:?}"),
     }
-    expect_no_publish(&mut sub, "PUBLISH with a Subscription Identifier was routed").await;
+    expect_no_publish(
+        &mut sub,
+        "PUBLISH with a Subscription Identifier was routed",
+    )
+    .await;
 }

@@ -27,7 +27,10 @@ async fn mqtt_4_3_1_1_qos0_delivered_without_packet_id_and_dup_0(version: Protoc
     let mut publisher = client(&broker, version, "pub").await;
     publish_qos0(&mut publisher, "q0/t", b"zero", false).await;
     let got = expect_publish(&mut sub).await;
-    assert_eq!((got.topic.as_str(), &got.payload[..]), ("q0/t", &b"zero"[..]));
+    assert_eq!(
+        (got.topic.as_str(), &got.payload[..]),
+        ("q0/t", &b"zero"[..])
+    );
     assert_eq!(got.qos, QoS::AtMostOnce);
     assert_eq!(got.packet_id, None);
     assert!(!got.dup, "QoS 0 PUBLISH with DUP set");
@@ -44,8 +47,11 @@ async fn mqtt_4_3_2_4_puback_carries_publish_packet_id(version: ProtocolVersion)
     assert_eq!(sub.subscribe("q1/t", QoS::AtLeastOnce, 1).await, vec![1]);
     let mut publisher = client(&broker, version, "pub").await;
     for id in [0x1234u16, 1, u16::MAX] {
-        send_publish(&mut publisher, publish_packet("q1/t", b"one", QoS::AtLeastOnce, false, Some(id)))
-            .await;
+        send_publish(
+            &mut publisher,
+            publish_packet("q1/t", b"one", QoS::AtLeastOnce, false, Some(id)),
+        )
+        .await;
         let ack = expect_puback(&mut publisher).await;
         assert_eq!(ack.packet_id, pid(id));
         assert_eq!(ack.reason_code, ReasonCode::SUCCESS);
@@ -55,7 +61,8 @@ async fn mqtt_4_3_2_4_puback_carries_publish_packet_id(version: ProtocolVersion)
         assert!(got.packet_id.is_some());
         assert!(!got.dup, "first delivery with DUP set");
         assert_eq!(&got.payload[..], b"one");
-        sub.send(Packet::PubAck(PubResp::new(got.packet_id.unwrap()))).await;
+        sub.send(Packet::PubAck(PubResp::new(got.packet_id.unwrap())))
+            .await;
     }
     expect_no_publish(&mut sub, "three QoS 1 messages, each acknowledged").await;
 }
@@ -69,8 +76,11 @@ async fn mqtt_4_3_3_8_pubrec_and_pubcomp_carry_publish_packet_id(version: Protoc
     let mut sub = client(&broker, version, "sub").await;
     assert_eq!(sub.subscribe("q2/t", QoS::ExactlyOnce, 1).await, vec![2]);
     let mut publisher = client(&broker, version, "pub").await;
-    send_publish(&mut publisher, publish_packet("q2/t", b"two", QoS::ExactlyOnce, false, Some(777)))
-        .await;
+    send_publish(
+        &mut publisher,
+        publish_packet("q2/t", b"two", QoS::ExactlyOnce, false, Some(777)),
+    )
+    .await;
     let rec = expect_pubrec(&mut publisher).await;
     assert_eq!(rec.packet_id, pid(777));
     assert_eq!(rec.reason_code, ReasonCode::SUCCESS);
@@ -105,8 +115,15 @@ async fn mqtt_4_3_3_10_qos2_retransmission_before_pubrel_delivered_once(version:
         again.dup = true;
         send_publish(&mut publisher, again).await;
         let rec = expect_pubrec(&mut publisher).await;
-        assert_eq!(rec.packet_id, pid(5), "retransmission answered with PUBREC for its id");
-        assert!(!rec.reason_code.is_error(), "retransmission refused: {rec:?}");
+        assert_eq!(
+            rec.packet_id,
+            pid(5),
+            "retransmission answered with PUBREC for its id"
+        );
+        assert!(
+            !rec.reason_code.is_error(),
+            "retransmission refused: {rec:?}"
+        );
     }
     publisher.send(Packet::PubRel(PubResp::new(pid(5)))).await;
     assert_eq!(expect_pubcomp(&mut publisher).await.packet_id, pid(5));
@@ -121,10 +138,14 @@ async fn mqtt_4_3_3_10_qos2_retransmission_before_pubrel_delivered_once(version:
 /// [MQTT-4.3.3-11] "the receiver MUST respond to a PUBREL packet by sending a PUBCOMP packet
 /// containing the same Packet Identifier as the PUBREL"; v5 reason 0x92 (Packet Identifier
 /// not found) when the id is unknown (§3.7.2.1). 3.1.1: [MQTT-4.3.3-2] / §3.7 PUBCOMP.
-async fn mqtt_4_3_3_11_pubrel_for_unknown_packet_id_answered_with_pubcomp(version: ProtocolVersion) {
+async fn mqtt_4_3_3_11_pubrel_for_unknown_packet_id_answered_with_pubcomp(
+    version: ProtocolVersion,
+) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
-    publisher.send(Packet::PubRel(PubResp::new(pid(4242)))).await;
+    publisher
+        .send(Packet::PubRel(PubResp::new(pid(4242))))
+        .await;
     let comp = expect_pubcomp(&mut publisher).await;
     assert_eq!(comp.packet_id, pid(4242));
     if version.is_v5() {
@@ -150,10 +171,42 @@ async fn mqtt_4_3_3_12_packet_id_reused_after_pubcomp_is_new_message(version: Pr
     let mut sub = client(&broker, version, "sub").await;
     assert_eq!(sub.subscribe("reuse/t", QoS::ExactlyOnce, 1).await, vec![2]);
     let mut publisher = client(&broker, version, "pub").await;
-    publish(&mut publisher, "reuse/t", b"first", QoS::ExactlyOnce, false, 3).await;
-    publish(&mut publisher, "reuse/t", b"second", QoS::ExactlyOnce, false, 3).await;
-    publish(&mut publisher, "reuse/t", b"third", QoS::AtLeastOnce, false, 3).await;
-    publish(&mut publisher, "reuse/t", b"fourth", QoS::AtLeastOnce, false, 3).await;
+    publish(
+        &mut publisher,
+        "reuse/t",
+        b"first",
+        QoS::ExactlyOnce,
+        false,
+        3,
+    )
+    .await;
+    publish(
+        &mut publisher,
+        "reuse/t",
+        b"second",
+        QoS::ExactlyOnce,
+        false,
+        3,
+    )
+    .await;
+    publish(
+        &mut publisher,
+        "reuse/t",
+        b"third",
+        QoS::AtLeastOnce,
+        false,
+        3,
+    )
+    .await;
+    publish(
+        &mut publisher,
+        "reuse/t",
+        b"fourth",
+        QoS::AtLeastOnce,
+        false,
+        3,
+    )
+    .await;
     let got = receive_n(&mut sub, 4).await;
     let payloads: Vec<&[u8]> = got.iter().map(|p| &p.payload[..]).collect();
     assert_eq!(payloads, [&b"first"[..], b"second", b"third", b"fourth"]);
@@ -190,13 +243,24 @@ async fn mqtt_3_8_4_8_delivery_qos_is_minimum_of_published_and_granted(version: 
     let mut subs = Vec::new();
     for granted in qos_levels {
         let mut sub = client(&broker, version, &format!("sub{}", granted as u8)).await;
-        assert_eq!(sub.subscribe("min/t", granted, 1).await, vec![granted as u8]);
+        assert_eq!(
+            sub.subscribe("min/t", granted, 1).await,
+            vec![granted as u8]
+        );
         subs.push((granted, sub));
     }
     let mut publisher = client(&broker, version, "pub").await;
     for (i, published) in qos_levels.into_iter().enumerate() {
         let payload = [published as u8];
-        publish(&mut publisher, "min/t", &payload, published, false, 10 + i as u16).await;
+        publish(
+            &mut publisher,
+            "min/t",
+            &payload,
+            published,
+            false,
+            10 + i as u16,
+        )
+        .await;
         for (granted, sub) in &mut subs {
             let got = receive_n(sub, 1).await.remove(0);
             assert_eq!(&got.payload[..], &payload[..]);
@@ -226,15 +290,30 @@ async fn mqtt_2_2_1_3_outbound_packet_ids_non_zero_and_unique_while_in_flight(
     let mut publisher = client(&broker, version, "pub").await;
     let n = 60u16;
     for i in 0..n {
-        let qos = if i % 2 == 0 { QoS::AtLeastOnce } else { QoS::ExactlyOnce };
-        publish(&mut publisher, &format!("ids/{i}"), &i.to_be_bytes(), qos, false, i + 1).await;
+        let qos = if i % 2 == 0 {
+            QoS::AtLeastOnce
+        } else {
+            QoS::ExactlyOnce
+        };
+        publish(
+            &mut publisher,
+            &format!("ids/{i}"),
+            &i.to_be_bytes(),
+            qos,
+            false,
+            i + 1,
+        )
+        .await;
     }
     // Hold every acknowledgement: all n are in flight at once.
     let mut in_flight = Vec::new();
     let mut ids = HashSet::new();
     for _ in 0..n {
         let got = expect_publish(&mut sub).await;
-        let id = got.packet_id.expect("QoS > 0 PUBLISH has a packet id").get();
+        let id = got
+            .packet_id
+            .expect("QoS > 0 PUBLISH has a packet id")
+            .get();
         assert_ne!(id, 0);
         assert!(ids.insert(id), "packet id {id} reused while in flight");
         in_flight.push(got);
@@ -254,11 +333,21 @@ async fn mqtt_2_2_1_3_outbound_packet_ids_non_zero_and_unique_while_in_flight(
     }
     // New messages while the PUBRELs are unanswered must not reuse those ids.
     for i in 0..20u16 {
-        publish(&mut publisher, "ids/more", &i.to_be_bytes(), QoS::AtLeastOnce, false, 500 + i)
-            .await;
+        publish(
+            &mut publisher,
+            "ids/more",
+            &i.to_be_bytes(),
+            QoS::AtLeastOnce,
+            false,
+            500 + i,
+        )
+        .await;
         let got = expect_publish(&mut sub).await;
         let id = got.packet_id.unwrap();
-        assert!(!awaiting_comp.contains(&id.get()), "packet id {id} of an open QoS 2 flow reused");
+        assert!(
+            !awaiting_comp.contains(&id.get()),
+            "packet id {id} of an open QoS 2 flow reused"
+        );
         sub.send(Packet::PubAck(PubResp::new(id))).await;
     }
     for id in awaiting_comp {
@@ -290,7 +379,11 @@ async fn mqtt_4_6_0_5_messages_from_one_client_delivered_in_order(version: Proto
         for _ in 0..n {
             match publisher.recv().await {
                 Packet::PubAck(_) => {}
-                Packet::PubRec(rec) => publisher.send(Packet::PubRel(PubResp::new(rec.packet_id))).await,
+                Packet::PubRec(rec) => {
+                    publisher
+                        .send(Packet::PubRel(PubResp::new(rec.packet_id)))
+                        .await
+                }
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -301,8 +394,10 @@ async fn mqtt_4_6_0_5_messages_from_one_client_delivered_in_order(version: Proto
         }
         for sub in &mut subs {
             let got = receive_n(sub, usize::from(n)).await;
-            let order: Vec<u16> =
-                got.iter().map(|p| u16::from_be_bytes([p.payload[0], p.payload[1]])).collect();
+            let order: Vec<u16> = got
+                .iter()
+                .map(|p| u16::from_be_bytes([p.payload[0], p.payload[1]]))
+                .collect();
             let expected: Vec<u16> = (0..n).collect();
             assert_eq!(order, expected, "out of order at {qos:?}");
         }

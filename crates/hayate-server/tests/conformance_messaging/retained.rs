@@ -15,8 +15,10 @@ both_versions!(
 );
 
 fn topics_and_payloads(received: &[Publish]) -> Vec<(String, Vec<u8>)> {
-    let mut pairs: Vec<(String, Vec<u8>)> =
-        received.iter().map(|p| (p.topic.to_string(), p.payload.to_vec())).collect();
+    let mut pairs: Vec<(String, Vec<u8>)> = received
+        .iter()
+        .map(|p| (p.topic.to_string(), p.payload.to_vec()))
+        .collect();
     pairs.sort();
     pairs
 }
@@ -53,10 +55,17 @@ async fn mqtt_3_3_1_5_retained_message_stored_and_sent_on_subscribe(version: Pro
     let got = retained_for(&broker, version, "sub", "ret/#", QoS::AtLeastOnce).await;
     assert_eq!(
         topics_and_payloads(&got),
-        [pair("ret/q0", b"zero"), pair("ret/q1", b"one"), pair("ret/q2", b"two")]
+        [
+            pair("ret/q0", b"zero"),
+            pair("ret/q1", b"one"),
+            pair("ret/q2", b"two")
+        ]
     );
     for message in &got {
-        assert!(message.retain, "[MQTT-3.3.1-8 (3.1.1)] RETAIN 1 on subscribe: {message:?}");
+        assert!(
+            message.retain,
+            "[MQTT-3.3.1-8 (3.1.1)] RETAIN 1 on subscribe: {message:?}"
+        );
         let published = match message.topic.as_str() {
             "ret/q0" => QoS::AtMostOnce,
             "ret/q1" => QoS::AtLeastOnce,
@@ -95,7 +104,15 @@ async fn mqtt_3_3_1_6_empty_retained_payload_clears_retained_message(version: Pr
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
     publish(&mut publisher, "clr/t", b"old", QoS::AtLeastOnce, true, 1).await;
-    publish(&mut publisher, "clr/other", b"stays", QoS::AtLeastOnce, true, 2).await;
+    publish(
+        &mut publisher,
+        "clr/other",
+        b"stays",
+        QoS::AtLeastOnce,
+        true,
+        2,
+    )
+    .await;
     let mut live = client(&broker, version, "live").await;
     live.subscribe("clr/t", QoS::AtLeastOnce, 1).await;
     assert_eq!(receive_n(&mut live, 1).await[0].payload, &b"old"[..]);
@@ -107,8 +124,14 @@ async fn mqtt_3_3_1_6_empty_retained_payload_clears_retained_message(version: Pr
         assert!(got[0].payload.is_empty());
         assert!(!got[0].retain, "live delivery with RETAIN 1: {:?}", got[0]);
 
-        let got = retained_for(&broker, version, &format!("new{}", qos as u8), "clr/#", QoS::AtLeastOnce)
-            .await;
+        let got = retained_for(
+            &broker,
+            version,
+            &format!("new{}", qos as u8),
+            "clr/#",
+            QoS::AtLeastOnce,
+        )
+        .await;
         assert_eq!(
             topics_and_payloads(&got),
             [pair("clr/other", b"stays")],
@@ -124,9 +147,25 @@ async fn mqtt_3_3_1_8_non_retained_publish_leaves_retained_message(version: Prot
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
     publish(&mut publisher, "keep/t", b"kept", QoS::AtLeastOnce, true, 1).await;
-    publish(&mut publisher, "keep/t", b"live only", QoS::AtLeastOnce, false, 2).await;
+    publish(
+        &mut publisher,
+        "keep/t",
+        b"live only",
+        QoS::AtLeastOnce,
+        false,
+        2,
+    )
+    .await;
     publish(&mut publisher, "keep/t", b"", QoS::AtLeastOnce, false, 3).await;
-    publish(&mut publisher, "keep/u", b"never retained", QoS::AtLeastOnce, false, 4).await;
+    publish(
+        &mut publisher,
+        "keep/u",
+        b"never retained",
+        QoS::AtLeastOnce,
+        false,
+        4,
+    )
+    .await;
     let got = retained_for(&broker, version, "sub", "keep/#", QoS::AtLeastOnce).await;
     assert_eq!(topics_and_payloads(&got), [pair("keep/t", b"kept")]);
 }
@@ -141,10 +180,17 @@ async fn mqtt_3_3_1_12_live_delivery_has_retain_0(version: ProtocolVersion) {
     let mut sub = client(&broker, version, "sub").await;
     sub.subscribe("live/#", QoS::ExactlyOnce, 1).await;
     let mut publisher = client(&broker, version, "pub").await;
-    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce].into_iter().enumerate() {
+    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+        .into_iter()
+        .enumerate()
+    {
         publish(&mut publisher, "live/t", b"r", qos, true, i as u16 + 1).await;
         let got = receive_n(&mut sub, 1).await;
-        assert!(!got[0].retain, "established subscription got RETAIN 1: {:?}", got[0]);
+        assert!(
+            !got[0].retain,
+            "established subscription got RETAIN 1: {:?}",
+            got[0]
+        );
     }
 }
 
@@ -159,14 +205,20 @@ async fn mqtt_3_8_4_4_resubscribe_resends_retained_messages(version: ProtocolVer
     for packet_id in 1..=3 {
         sub.subscribe("again/#", QoS::AtLeastOnce, packet_id).await;
         let got = receive_until_quiet(&mut sub, QUIET).await;
-        assert_eq!(topics_and_payloads(&got), [pair("again/t", b"r")], "subscribe #{packet_id}");
+        assert_eq!(
+            topics_and_payloads(&got),
+            [pair("again/t", b"r")],
+            "subscribe #{packet_id}"
+        );
         assert!(got[0].retain);
     }
 }
 
 /// Subscribes with v5 options.
 async fn subscribe_v5(client: &mut RawClient, filter: &str, options: SubscriptionOptions, id: u16) {
-    let codes = client.subscribe_with(filter, options, Properties::default(), id).await;
+    let codes = client
+        .subscribe_with(filter, options, Properties::default(), id)
+        .await;
     assert_eq!(codes, vec![options.qos as u8]);
 }
 
@@ -176,19 +228,51 @@ async fn subscribe_v5(client: &mut RawClient, filter: &str, options: Subscriptio
 async fn mqtt_3_3_1_13_retain_as_published() {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, V5, "sub").await;
-    let rap = SubscriptionOptions { retain_as_published: true, ..opts(QoS::AtLeastOnce) };
+    let rap = SubscriptionOptions {
+        retain_as_published: true,
+        ..opts(QoS::AtLeastOnce)
+    };
     subscribe_v5(&mut sub, "rap/t", rap, 1).await;
     let mut plain = client(&broker, V5, "plain").await;
     subscribe_v5(&mut plain, "rap/t", opts(QoS::AtLeastOnce), 1).await;
     let mut publisher = client(&broker, V5, "pub").await;
-    publish(&mut publisher, "rap/t", b"retained", QoS::AtLeastOnce, true, 1).await;
-    publish(&mut publisher, "rap/t", b"normal", QoS::AtLeastOnce, false, 2).await;
-    let got: Vec<(Vec<u8>, bool)> =
-        receive_n(&mut sub, 2).await.iter().map(|p| (p.payload.to_vec(), p.retain)).collect();
-    assert_eq!(got, [(b"retained".to_vec(), true), (b"normal".to_vec(), false)]);
-    let got: Vec<(Vec<u8>, bool)> =
-        receive_n(&mut plain, 2).await.iter().map(|p| (p.payload.to_vec(), p.retain)).collect();
-    assert_eq!(got, [(b"retained".to_vec(), false), (b"normal".to_vec(), false)], "[MQTT-3.3.1-12]");
+    publish(
+        &mut publisher,
+        "rap/t",
+        b"retained",
+        QoS::AtLeastOnce,
+        true,
+        1,
+    )
+    .await;
+    publish(
+        &mut publisher,
+        "rap/t",
+        b"normal",
+        QoS::AtLeastOnce,
+        false,
+        2,
+    )
+    .await;
+    let got: Vec<(Vec<u8>, bool)> = receive_n(&mut sub, 2)
+        .await
+        .iter()
+        .map(|p| (p.payload.to_vec(), p.retain))
+        .collect();
+    assert_eq!(
+        got,
+        [(b"retained".to_vec(), true), (b"normal".to_vec(), false)]
+    );
+    let got: Vec<(Vec<u8>, bool)> = receive_n(&mut plain, 2)
+        .await
+        .iter()
+        .map(|p| (p.payload.to_vec(), p.retain))
+        .collect();
+    assert_eq!(
+        got,
+        [(b"retained".to_vec(), false), (b"normal".to_vec(), false)],
+        "[MQTT-3.3.1-12]"
+    );
 }
 
 /// [MQTT-3.3.1-9] "If Retain Handling is set to 0 the Server MUST send the retained messages
@@ -199,11 +283,18 @@ async fn mqtt_3_3_1_9_retain_handling_0_sends_on_every_subscribe() {
     let mut publisher = client(&broker, V5, "pub").await;
     publish(&mut publisher, "rh0/t", b"r", QoS::AtLeastOnce, true, 1).await;
     let mut sub = client(&broker, V5, "sub").await;
-    let options = SubscriptionOptions { retain_handling: 0, ..opts(QoS::AtLeastOnce) };
+    let options = SubscriptionOptions {
+        retain_handling: 0,
+        ..opts(QoS::AtLeastOnce)
+    };
     for id in 1..=2 {
         subscribe_v5(&mut sub, "rh0/#", options, id).await;
         let got = receive_until_quiet(&mut sub, QUIET).await;
-        assert_eq!(topics_and_payloads(&got), [pair("rh0/t", b"r")], "subscribe #{id}");
+        assert_eq!(
+            topics_and_payloads(&got),
+            [pair("rh0/t", b"r")],
+            "subscribe #{id}"
+        );
         assert!(got[0].retain);
     }
 }
@@ -218,17 +309,28 @@ async fn mqtt_3_3_1_10_retain_handling_1_only_for_new_subscription() {
     let mut publisher = client(&broker, V5, "pub").await;
     publish(&mut publisher, "rh1/t", b"r", QoS::AtLeastOnce, true, 1).await;
     let mut sub = client(&broker, V5, "sub").await;
-    let options = SubscriptionOptions { retain_handling: 1, ..opts(QoS::AtLeastOnce) };
+    let options = SubscriptionOptions {
+        retain_handling: 1,
+        ..opts(QoS::AtLeastOnce)
+    };
     subscribe_v5(&mut sub, "rh1/#", options, 1).await;
     let got = receive_until_quiet(&mut sub, QUIET).await;
-    assert_eq!(topics_and_payloads(&got), [pair("rh1/t", b"r")], "new subscription");
+    assert_eq!(
+        topics_and_payloads(&got),
+        [pair("rh1/t", b"r")],
+        "new subscription"
+    );
     subscribe_v5(&mut sub, "rh1/#", options, 2).await;
     expect_no_publish(&mut sub, "subscription already existed").await;
     // After UNSUBSCRIBE it is new again.
     unsubscribe_many(&mut sub, &["rh1/#"], 3).await;
     subscribe_v5(&mut sub, "rh1/#", options, 4).await;
     let got = receive_until_quiet(&mut sub, QUIET).await;
-    assert_eq!(topics_and_payloads(&got), [pair("rh1/t", b"r")], "new again after UNSUBSCRIBE");
+    assert_eq!(
+        topics_and_payloads(&got),
+        [pair("rh1/t", b"r")],
+        "new again after UNSUBSCRIBE"
+    );
 }
 
 /// [MQTT-3.3.1-11] "If Retain Handling is set to 2, the Server MUST NOT send the retained
@@ -239,7 +341,10 @@ async fn mqtt_3_3_1_11_retain_handling_2_never_sends_retained() {
     let mut publisher = client(&broker, V5, "pub").await;
     publish(&mut publisher, "rh2/t", b"r", QoS::AtLeastOnce, true, 1).await;
     let mut sub = client(&broker, V5, "sub").await;
-    let options = SubscriptionOptions { retain_handling: 2, ..opts(QoS::AtLeastOnce) };
+    let options = SubscriptionOptions {
+        retain_handling: 2,
+        ..opts(QoS::AtLeastOnce)
+    };
     subscribe_v5(&mut sub, "rh2/#", options, 1).await;
     expect_no_publish(&mut sub, "Retain Handling 2").await;
     publish(&mut publisher, "rh2/t", b"live", QoS::AtLeastOnce, true, 2).await;
@@ -256,21 +361,57 @@ async fn mqtt_3_3_1_11_retain_handling_2_never_sends_retained() {
 async fn mqtt_3_3_2_5_expired_retained_message_not_delivered() {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, V5, "pub").await;
-    let expiring = Properties { message_expiry_interval: Some(1), ..Properties::default() };
-    let lasting = Properties { message_expiry_interval: Some(60), ..Properties::default() };
-    let short = publish_with("exp/short", b"short", QoS::AtLeastOnce, true, Some(1), expiring);
+    let expiring = Properties {
+        message_expiry_interval: Some(1),
+        ..Properties::default()
+    };
+    let lasting = Properties {
+        message_expiry_interval: Some(60),
+        ..Properties::default()
+    };
+    let short = publish_with(
+        "exp/short",
+        b"short",
+        QoS::AtLeastOnce,
+        true,
+        Some(1),
+        expiring,
+    );
     publish_full(&mut publisher, short).await;
-    let long = publish_with("exp/long", b"long", QoS::AtLeastOnce, true, Some(2), lasting);
+    let long = publish_with(
+        "exp/long",
+        b"long",
+        QoS::AtLeastOnce,
+        true,
+        Some(2),
+        lasting,
+    );
     publish_full(&mut publisher, long).await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
 
     for version in [V5, V3] {
-        let got = retained_for(&broker, version, &format!("sub{version:?}"), "exp/#", QoS::AtLeastOnce)
-            .await;
-        assert_eq!(topics_and_payloads(&got), [pair("exp/long", b"long")], "{version:?}");
+        let got = retained_for(
+            &broker,
+            version,
+            &format!("sub{version:?}"),
+            "exp/#",
+            QoS::AtLeastOnce,
+        )
+        .await;
+        assert_eq!(
+            topics_and_payloads(&got),
+            [pair("exp/long", b"long")],
+            "{version:?}"
+        );
         if version.is_v5() {
-            let left = got[0].properties.message_expiry_interval.expect("expiry forwarded");
-            assert!(left <= 58, "[MQTT-3.3.2-6] interval {left} not reduced by the 2 s waited");
+            let left = got[0]
+                .properties
+                .message_expiry_interval
+                .expect("expiry forwarded");
+            assert!(
+                left <= 58,
+                "[MQTT-3.3.2-6] interval {left} not reduced by the 2 s waited"
+            );
         }
     }
 }
@@ -285,7 +426,11 @@ async fn mqtt_3_3_1_3_retained_messages_not_sent_for_shared_subscription() {
     publish(&mut publisher, "shret/t", b"r", QoS::AtLeastOnce, true, 1).await;
     let mut member = client(&broker, V5, "member").await;
     subscribe_v5(&mut member, "$share/g/shret/#", opts(QoS::AtLeastOnce), 1).await;
-    expect_no_publish(&mut member, "retained message sent for a shared subscription").await;
+    expect_no_publish(
+        &mut member,
+        "retained message sent for a shared subscription",
+    )
+    .await;
     // The same client subscribing without $share gets it.
     subscribe_v5(&mut member, "shret/#", opts(QoS::AtLeastOnce), 2).await;
     let got = receive_until_quiet(&mut member, QUIET).await;

@@ -51,7 +51,10 @@ async fn mqtt_3_8_4_7_granted_qos_capped_by_server_maximum(version: ProtocolVers
         ("cap/1", opts(QoS::AtLeastOnce)),
         ("cap/0", opts(QoS::AtMostOnce)),
     ];
-    assert_eq!(subscribe_many(&mut sub, &filters, Properties::default(), 1).await, vec![1, 1, 0]);
+    assert_eq!(
+        subscribe_many(&mut sub, &filters, Properties::default(), 1).await,
+        vec![1, 1, 0]
+    );
     let mut publisher = client(&broker, version, "pub").await;
     publish(&mut publisher, "cap/2", b"x", QoS::AtLeastOnce, false, 1).await;
     let got = receive_n(&mut sub, 1).await;
@@ -80,7 +83,11 @@ async fn mqtt_4_7_1_1_invalid_filter_refused_while_others_granted(version: Proto
     let mut publisher = client(&broker, version, "pub").await;
     publish(&mut publisher, "good/a", b"x", QoS::ExactlyOnce, false, 1).await;
     let got = receive_n(&mut sub, 1).await;
-    assert_eq!(got[0].qos, QoS::ExactlyOnce, "maximum QoS of the two valid matching filters");
+    assert_eq!(
+        got[0].qos,
+        QoS::ExactlyOnce,
+        "maximum QoS of the two valid matching filters"
+    );
     // The connection is still usable.
     sync(&mut sub).await;
 }
@@ -118,13 +125,36 @@ async fn mqtt_3_9_3_2_denied_subscription_refused_not_authorized(version: Protoc
         ("test/nosubscribe", opts(QoS::AtLeastOnce)),
         ("test/ok", opts(QoS::AtLeastOnce)),
     ];
-    assert_eq!(subscribe_many(&mut sub, &filters, Properties::default(), 1).await, vec![refused, 1]);
+    assert_eq!(
+        subscribe_many(&mut sub, &filters, Properties::default(), 1).await,
+        vec![refused, 1]
+    );
     let mut publisher = client(&broker, version, "pub").await;
-    publish(&mut publisher, "test/nosubscribe", b"secret", QoS::AtLeastOnce, false, 1).await;
-    publish(&mut publisher, "test/ok", b"fine", QoS::AtLeastOnce, false, 2).await;
+    publish(
+        &mut publisher,
+        "test/nosubscribe",
+        b"secret",
+        QoS::AtLeastOnce,
+        false,
+        1,
+    )
+    .await;
+    publish(
+        &mut publisher,
+        "test/ok",
+        b"fine",
+        QoS::AtLeastOnce,
+        false,
+        2,
+    )
+    .await;
     let got = receive_until_quiet(&mut sub, QUIET).await;
     let topics: Vec<&str> = got.iter().map(|p| p.topic.as_str()).collect();
-    assert_eq!(topics, ["test/ok"], "only the granted subscription delivers");
+    assert_eq!(
+        topics,
+        ["test/ok"],
+        "only the granted subscription delivers"
+    );
 }
 
 /// [MQTT-3.10.4-2] "When a Server receives UNSUBSCRIBE It MUST stop adding any new messages
@@ -137,12 +167,23 @@ async fn mqtt_3_10_4_2_unsubscribe_stops_delivery(version: ProtocolVersion) {
     let mut publisher = client(&broker, version, "pub").await;
     sub.subscribe("un/t", QoS::AtLeastOnce, 1).await;
     sub.subscribe("un/+", QoS::AtLeastOnce, 2).await;
-    publish(&mut publisher, "un/t", b"before", QoS::AtLeastOnce, false, 1).await;
+    publish(
+        &mut publisher,
+        "un/t",
+        b"before",
+        QoS::AtLeastOnce,
+        false,
+        1,
+    )
+    .await;
     assert_eq!(receive_n(&mut sub, 1).await[0].payload, &b"before"[..]);
 
     let unsuback = unsubscribe_many(&mut sub, &["un/t"], 77).await;
     if version.is_v5() {
-        assert_eq!(unsuback.reason_codes, vec![hayate_codec::ReasonCode::SUCCESS]);
+        assert_eq!(
+            unsuback.reason_codes,
+            vec![hayate_codec::ReasonCode::SUCCESS]
+        );
     } else {
         assert!(unsuback.reason_codes.is_empty());
     }
@@ -152,14 +193,20 @@ async fn mqtt_3_10_4_2_unsubscribe_stops_delivery(version: ProtocolVersion) {
 
     let unsuback = unsubscribe_many(&mut sub, &["un/+"], 78).await;
     if version.is_v5() {
-        assert_eq!(unsuback.reason_codes, vec![hayate_codec::ReasonCode::SUCCESS]);
+        assert_eq!(
+            unsuback.reason_codes,
+            vec![hayate_codec::ReasonCode::SUCCESS]
+        );
     }
     publish(&mut publisher, "un/t", b"after", QoS::AtLeastOnce, false, 3).await;
     expect_no_publish(&mut sub, "no subscription left").await;
 
     let unsuback = unsubscribe_many(&mut sub, &["un/t"], 79).await;
     if version.is_v5() {
-        assert_eq!(unsuback.reason_codes, vec![hayate_codec::ReasonCode::NO_SUBSCRIPTION_EXISTED]);
+        assert_eq!(
+            unsuback.reason_codes,
+            vec![hayate_codec::ReasonCode::NO_SUBSCRIPTION_EXISTED]
+        );
     } else {
         assert!(unsuback.reason_codes.is_empty());
     }
@@ -198,9 +245,19 @@ async fn mqtt_3_9_3_2_subscription_quota_exceeded(version: ProtocolVersion) {
         ("quota/2", opts(QoS::AtLeastOnce)),
         ("quota/3", opts(QoS::AtLeastOnce)),
     ];
-    assert_eq!(subscribe_many(&mut sub, &filters, Properties::default(), 1).await, vec![1, 1, refused]);
-    assert_eq!(sub.subscribe("quota/2", QoS::ExactlyOnce, 2).await, vec![2], "replacement");
-    assert_eq!(sub.subscribe("quota/4", QoS::AtLeastOnce, 3).await, vec![refused]);
+    assert_eq!(
+        subscribe_many(&mut sub, &filters, Properties::default(), 1).await,
+        vec![1, 1, refused]
+    );
+    assert_eq!(
+        sub.subscribe("quota/2", QoS::ExactlyOnce, 2).await,
+        vec![2],
+        "replacement"
+    );
+    assert_eq!(
+        sub.subscribe("quota/4", QoS::AtLeastOnce, 3).await,
+        vec![refused]
+    );
     let mut publisher = client(&broker, version, "pub").await;
     publish(&mut publisher, "quota/3", b"x", QoS::AtLeastOnce, false, 1).await;
     publish(&mut publisher, "quota/4", b"x", QoS::AtLeastOnce, false, 2).await;
@@ -225,14 +282,26 @@ async fn mqtt_3_3_4_2_overlapping_subscriptions_one_copy_at_maximum_qos(version:
         sub.subscribe("a/+", QoS::ExactlyOnce, 2).await;
     }
     let mut publisher = client(&broker, version, "pub").await;
-    publish(&mut publisher, "a/b", b"overlap", QoS::ExactlyOnce, false, 1).await;
+    publish(
+        &mut publisher,
+        "a/b",
+        b"overlap",
+        QoS::ExactlyOnce,
+        false,
+        1,
+    )
+    .await;
     let got = receive_until_quiet(&mut sub, QUIET).await;
     assert_eq!(got.len(), 1, "exactly one copy: {got:?}");
     assert_eq!(got[0].qos, QoS::ExactlyOnce);
     if version.is_v5() {
         let mut ids = got[0].properties.subscription_identifiers.clone();
         ids.sort_unstable();
-        assert_eq!(ids, vec![1, 2], "[MQTT-3.3.4-4] identifiers of all matching subscriptions");
+        assert_eq!(
+            ids,
+            vec![1, 2],
+            "[MQTT-3.3.4-4] identifiers of all matching subscriptions"
+        );
     }
     // Only "a/#" matches "a/b/c": QoS 1, identifier 1.
     publish(&mut publisher, "a/b/c", b"deep", QoS::ExactlyOnce, false, 2).await;

@@ -34,7 +34,15 @@ async fn delivered(
 ) -> Vec<String> {
     for (i, topic) in topics.iter().enumerate() {
         let id = u16::try_from(i + 1).unwrap();
-        publish(publisher, topic, topic.as_bytes(), QoS::AtLeastOnce, false, id).await;
+        publish(
+            publisher,
+            topic,
+            topic.as_bytes(),
+            QoS::AtLeastOnce,
+            false,
+            id,
+        )
+        .await;
     }
     receive_until_quiet(subscriber, QUIET)
         .await
@@ -53,7 +61,15 @@ async fn mqtt_4_7_2_1_leading_wildcards_do_not_match_dollar_topics(version: Prot
     subscribe_all(&mut dollar, &["$SYS/#", "$foo", "$SYS/+"]).await;
     let mut publisher = client(&broker, version, "pub").await;
     for (i, topic) in ["$SYS/x", "$foo"].into_iter().enumerate() {
-        publish(&mut publisher, topic, b"dollar", QoS::AtLeastOnce, false, i as u16 + 1).await;
+        publish(
+            &mut publisher,
+            topic,
+            b"dollar",
+            QoS::AtLeastOnce,
+            false,
+            i as u16 + 1,
+        )
+        .await;
     }
     expect_no_publish(&mut wild, "leading wildcard matched a $ topic").await;
     let got = receive_until_quiet(&mut dollar, QUIET).await;
@@ -79,14 +95,28 @@ async fn mqtt_4_7_1_1_multi_level_wildcard_matches_parent_level(version: Protoco
     let mut sub = client(&broker, version, "sub").await;
     subscribe_all(&mut sub, &["sport/#"]).await;
     let mut publisher = client(&broker, version, "pub").await;
-    let topics = ["sport", "sport/tennis", "sport/tennis/player1", "sport/", "sports", "sport2/x"];
+    let topics = [
+        "sport",
+        "sport/tennis",
+        "sport/tennis/player1",
+        "sport/",
+        "sports",
+        "sport2/x",
+    ];
     let got = delivered(&mut publisher, &mut sub, &topics).await;
-    assert_eq!(got, ["sport", "sport/tennis", "sport/tennis/player1", "sport/"]);
+    assert_eq!(
+        got,
+        ["sport", "sport/tennis", "sport/tennis/player1", "sport/"]
+    );
 
     let mut all = client(&broker, version, "all").await;
     subscribe_all(&mut all, &["#"]).await;
     let got = delivered(&mut publisher, &mut all, &["a", "/", "a/b/c", "/a"]).await;
-    assert_eq!(got, ["a", "/", "a/b/c", "/a"], "\"#\" matches every non-$ topic");
+    assert_eq!(
+        got,
+        ["a", "/", "a/b/c", "/a"],
+        "\"#\" matches every non-$ topic"
+    );
 }
 
 /// [MQTT-4.7.1-2] "The single-level wildcard can be used at any level in the Topic Filter,
@@ -95,7 +125,14 @@ async fn mqtt_4_7_1_1_multi_level_wildcard_matches_parent_level(version: Protoco
 async fn mqtt_4_7_1_2_single_level_wildcard_matches_exactly_one_level(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
-    let topics = ["sport", "sport/", "sport/tennis", "sport/tennis/player1", "/finance", "a//b"];
+    let topics = [
+        "sport",
+        "sport/",
+        "sport/tennis",
+        "sport/tennis/player1",
+        "/finance",
+        "a//b",
+    ];
 
     let mut sub = client(&broker, version, "s1").await;
     subscribe_all(&mut sub, &["sport/+"]).await;
@@ -154,11 +191,18 @@ async fn mqtt_3_3_2_2_publish_topic_with_wildcard_closes_connection(version: Pro
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
     sub.subscribe("#", QoS::AtLeastOnce, 1).await;
-    for (i, topic) in ["wild/+", "wild/#", "+", "#", "a/+/b"].into_iter().enumerate() {
+    for (i, topic) in ["wild/+", "wild/#", "+", "#", "a/+/b"]
+        .into_iter()
+        .enumerate()
+    {
         for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
             let mut publisher = client(&broker, version, &format!("pub{i}-{}", qos as u8)).await;
             let id = (qos != QoS::AtMostOnce).then_some(1);
-            send_publish(&mut publisher, publish_packet(topic, b"bad", qos, false, id)).await;
+            send_publish(
+                &mut publisher,
+                publish_packet(topic, b"bad", qos, false, id),
+            )
+            .await;
             expect_server_disconnect(&mut publisher, ReasonCode::TOPIC_NAME_INVALID).await;
         }
     }
