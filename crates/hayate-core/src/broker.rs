@@ -59,7 +59,9 @@ impl Broker {
     pub fn publish(&self, message: Arc<Message>, wake: &mut WakeList) -> RouteOutcome {
         if message.retain && self.config.retain_available {
             let stored = self.router.retain(&message);
-            self.stats.retained.store(stored as u64, std::sync::atomic::Ordering::Relaxed);
+            self.stats
+                .retained
+                .store(stored as u64, std::sync::atomic::Ordering::Relaxed);
         }
         let outcome = self.router.route(&message, wake);
         Stats::add(&self.stats.publish_dropped, outcome.dropped as u64);
@@ -83,8 +85,18 @@ impl Broker {
     }
 
     /// Publishes a will message, if its client may publish to its topic.
-    pub(crate) fn publish_will(&self, cell: &SessionCell, will: PendingWill, now: Instant, wake: &mut WakeList) {
-        let client = ClientInfo { client_id: cell.client_id.clone(), username: None, peer: None };
+    pub(crate) fn publish_will(
+        &self,
+        cell: &SessionCell,
+        will: PendingWill,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let client = ClientInfo {
+            client_id: cell.client_id.clone(),
+            username: None,
+            peer: None,
+        };
         if !self.hooks.authorize_publish(&client, &will.will.topic) {
             tracing::info!(client_id = %cell.client_id, topic = %will.will.topic, "will_denied");
             return;
@@ -126,7 +138,9 @@ impl Broker {
         };
         for filter in &filters {
             if self.router.unsubscribe(filter, cell.id) {
-                self.stats.subscriptions.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                self.stats
+                    .subscriptions
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         self.router.redistribute_shared(cell.id, shared, wake);
@@ -226,9 +240,10 @@ impl Broker {
         }
         let pruned = self.router.prune_retained(now);
         if pruned > 0 {
-            self.stats
-                .retained
-                .store(self.router.retained_count() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.stats.retained.store(
+                self.router.retained_count() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 

@@ -15,9 +15,7 @@ use crate::hooks::ClientInfo;
 use crate::registry::{SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
-use hayate_codec::{
-    encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode,
-};
+use hayate_codec::{encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode};
 use hayate_session::OutBuf;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -143,9 +141,15 @@ impl Channel {
             Phase::AwaitConnect => match packet {
                 Packet::Connect(connect) => self.handle_connect(*connect, now, out, wake),
                 // [MQTT-3.1.0-1] the first packet must be CONNECT.
-                _ => Err(Close { reason: ReasonCode::PROTOCOL_ERROR, event: "first_packet_not_connect" }),
+                _ => Err(Close {
+                    reason: ReasonCode::PROTOCOL_ERROR,
+                    event: "first_packet_not_connect",
+                }),
             },
-            Phase::Closed => Err(Close { reason: ReasonCode::PROTOCOL_ERROR, event: "packet_after_close" }),
+            Phase::Closed => Err(Close {
+                reason: ReasonCode::PROTOCOL_ERROR,
+                event: "packet_after_close",
+            }),
             Phase::Connected => self.handle_connected(packet, now, out, wake),
         }
     }
@@ -174,14 +178,19 @@ impl Channel {
                 self.poll_transmit(now, out)
             }
             Packet::PubRel(rel) => {
-                let known = self.with_session(out, |state, _| state.session.handle_pubrel(rel.packet_id))?;
+                let known =
+                    self.with_session(out, |state, _| state.session.handle_pubrel(rel.packet_id))?;
                 // [MQTT-4.3.3-11] always answer PUBCOMP; v5 says whether the id was known.
                 let reason = if known || !self.version.is_v5() {
                     ReasonCode::SUCCESS
                 } else {
                     ReasonCode::PACKET_IDENTIFIER_NOT_FOUND
                 };
-                let comp = PubResp { packet_id: rel.packet_id, reason_code: reason, properties: Properties::default() };
+                let comp = PubResp {
+                    packet_id: rel.packet_id,
+                    reason_code: reason,
+                    properties: Properties::default(),
+                };
                 self.write(&Packet::PubComp(comp), out);
                 Ok(())
             }
@@ -214,7 +223,11 @@ impl Channel {
                 if self.connect_expiry_zero && expiry != 0 {
                     // [MQTT-3.14.2-2] cannot turn a session that ends with the connection into
                     // one that persists.
-                    return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "disconnect_expiry_raised", out));
+                    return Err(self.close_with(
+                        ReasonCode::PROTOCOL_ERROR,
+                        "disconnect_expiry_raised",
+                        out,
+                    ));
                 }
                 let capped = expiry.min(self.broker.config.max_session_expiry_interval);
                 self.with_session(out, |state, _| state.expiry_interval = capped)?;
@@ -223,7 +236,10 @@ impl Channel {
         // [MQTT-3.14.4-3] normal disconnection discards the will; 0x04 asks for it.
         self.will_on_close = disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL;
         self.phase = Phase::Closed;
-        Err(Close { reason: disconnect.reason_code, event: "client_disconnect" })
+        Err(Close {
+            reason: disconnect.reason_code,
+            event: "client_disconnect",
+        })
     }
 
     /// Writes messages queued for this client as far as its window allows. The transport calls
@@ -236,7 +252,10 @@ impl Channel {
         self.more_to_send = report.more;
         let stats = &self.broker.stats;
         Stats::add(&stats.publish_sent, report.published as u64);
-        Stats::add(&stats.publish_dropped, (report.expired + report.too_large) as u64);
+        Stats::add(
+            &stats.publish_dropped,
+            (report.expired + report.too_large) as u64,
+        );
         Ok(())
     }
 
@@ -257,9 +276,17 @@ impl Channel {
     /// The server closes the connection (keep alive timeout, malformed packet, shutdown...):
     /// writes DISCONNECT with `reason` to v5 clients that completed CONNECT, and marks the
     /// connection for the will to be published.
-    pub fn close_with(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
+    pub fn close_with(
+        &mut self,
+        reason: ReasonCode,
+        event: &'static str,
+        out: &mut OutBuf,
+    ) -> Close {
         if self.phase == Phase::Connected && self.version.is_v5() {
-            let disconnect = Disconnect { reason_code: reason, properties: Properties::default() };
+            let disconnect = Disconnect {
+                reason_code: reason,
+                properties: Properties::default(),
+            };
             self.write(&Packet::Disconnect(disconnect), out);
         }
         self.phase = Phase::Closed;
@@ -274,10 +301,18 @@ impl Channel {
             if let hayate_codec::DecodeError::UnsupportedProtocolLevel(_) = error {
                 // The client's level is unknown, so answer in the 3.1.1 form, which every
                 // level can read.
-                out.put_slice(&[0x20, 0x02, 0x00, ReasonCode::V3_UNACCEPTABLE_PROTOCOL_VERSION.0]);
+                out.put_slice(&[
+                    0x20,
+                    0x02,
+                    0x00,
+                    ReasonCode::V3_UNACCEPTABLE_PROTOCOL_VERSION.0,
+                ]);
             }
             self.phase = Phase::Closed;
-            return Close { reason: error.reason_code(), event: "malformed_packet" };
+            return Close {
+                reason: error.reason_code(),
+                event: "malformed_packet",
+            };
         }
         self.close_with(error.reason_code(), "malformed_packet", out)
     }
@@ -288,7 +323,8 @@ impl Channel {
         if let Some(cell) = self.cell.take() {
             let still_owner = !self.taken_over && cell.state.lock().owner == self.conn_id;
             if still_owner {
-                self.broker.session_detached(&cell, self.will_on_close, now, wake);
+                self.broker
+                    .session_detached(&cell, self.will_on_close, now, wake);
             }
         }
         if self.client.take().is_some() {
@@ -305,7 +341,10 @@ impl Channel {
         f: impl FnOnce(&mut SessionState, &mut OutBuf) -> R,
     ) -> Result<R, Close> {
         let Some(cell) = self.cell.clone() else {
-            return Err(Close { reason: ReasonCode::PROTOCOL_ERROR, event: "no_session" });
+            return Err(Close {
+                reason: ReasonCode::PROTOCOL_ERROR,
+                event: "no_session",
+            });
         };
         let mut state = cell.state.lock();
         if state.owner != self.conn_id {

@@ -60,7 +60,11 @@ impl Default for StaticPolicy {
 }
 
 impl AuthHook for StaticPolicy {
-    fn authenticate(&self, client: &ClientInfo, _password: Option<&[u8]>) -> Result<(), ReasonCode> {
+    fn authenticate(
+        &self,
+        client: &ClientInfo,
+        _password: Option<&[u8]>,
+    ) -> Result<(), ReasonCode> {
         if client.username.is_none() && !self.allow_anonymous {
             return Err(ReasonCode::NOT_AUTHORIZED);
         }
@@ -68,16 +72,25 @@ impl AuthHook for StaticPolicy {
     }
 
     fn authorize_publish(&self, _client: &ClientInfo, topic: &str) -> bool {
-        !self.deny_publish.iter().any(|pattern| matches_filter(pattern, topic))
+        !self
+            .deny_publish
+            .iter()
+            .any(|pattern| matches_filter(pattern, topic))
     }
 
     fn authorize_subscribe(&self, _client: &ClientInfo, filter: &str) -> Result<(), ReasonCode> {
-        let denied =
-            self.deny_subscribe.iter().any(|pattern| pattern == filter || matches_filter(pattern, filter));
+        let denied = self
+            .deny_subscribe
+            .iter()
+            .any(|pattern| pattern == filter || matches_filter(pattern, filter));
         if denied {
             // Only failure codes may refuse a subscription; anything else means Not authorized.
             let code = ReasonCode(self.deny_subscribe_reason_code);
-            return Err(if code.is_error() { code } else { ReasonCode::NOT_AUTHORIZED });
+            return Err(if code.is_error() {
+                code
+            } else {
+                ReasonCode::NOT_AUTHORIZED
+            });
         }
         Ok(())
     }

@@ -108,7 +108,11 @@ impl Registry {
         let mut sessions = self.sessions.lock();
         if let Some(existing) = sessions.get(client_id) {
             if !clean_start && !existing.state.lock().ended {
-                return Opened { cell: existing.clone(), session_present: true, replaced: None };
+                return Opened {
+                    cell: existing.clone(),
+                    session_present: true,
+                    replaced: None,
+                };
             }
         }
         let cell = Arc::new(SessionCell {
@@ -127,7 +131,11 @@ impl Registry {
             }),
         });
         let replaced = sessions.insert(client_id.clone(), cell.clone());
-        Opened { cell, session_present: false, replaced }
+        Opened {
+            cell,
+            session_present: false,
+            replaced,
+        }
     }
 
     /// Removes `cell` from the registry if it is still the session for its client id.

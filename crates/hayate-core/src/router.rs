@@ -69,7 +69,10 @@ struct Target {
 impl Router {
     /// A router whose shared groups use `strategy`.
     pub fn new(strategy: SharedStrategy) -> Router {
-        Router { strategy, ..Router::default() }
+        Router {
+            strategy,
+            ..Router::default()
+        }
     }
 
     /// Adds or replaces a subscription; returns true when it replaced an existing one
@@ -186,17 +189,21 @@ impl Router {
     ) {
         let chosen = {
             let members = group.members.lock();
-            let candidates: Vec<&SubEntry> =
-                members.iter().filter(|m| Some(m.cell.id) != exclude).collect();
+            let candidates: Vec<&SubEntry> = members
+                .iter()
+                .filter(|m| Some(m.cell.id) != exclude)
+                .collect();
             if candidates.is_empty() {
                 return;
             }
             let start = match self.strategy {
                 SharedStrategy::RoundRobin => group.cursor.fetch_add(1, Ordering::Relaxed),
                 SharedStrategy::Random => rand::random::<u32>() as usize,
-                SharedStrategy::HashClientId => {
-                    message.publisher.unwrap_or(0).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize
-                }
+                SharedStrategy::HashClientId => message
+                    .publisher
+                    .unwrap_or(0)
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    as usize,
             };
             let n = candidates.len();
             // First online member from the strategy's pick onwards; else the pick itself.
@@ -225,8 +232,12 @@ impl Router {
     ) -> RouteOutcome {
         let mut outcome = RouteOutcome::default();
         for delivery in deliveries {
-            let Some(key) = delivery.shared_group.as_ref() else { continue };
-            let Ok(Some(shared)) = hayate_topic::parse_shared(key) else { continue };
+            let Some(key) = delivery.shared_group.as_ref() else {
+                continue;
+            };
+            let Ok(Some(shared)) = hayate_topic::parse_shared(key) else {
+                continue;
+            };
             let group_name: Arc<str> = Arc::from(shared.group);
             let group = self.shared.read().get(shared.filter, &group_name).cloned();
             if let Some(group) = group {
@@ -253,17 +264,21 @@ impl Router {
     /// Retained messages matching `filter`, not expired.
     pub fn retained_matching(&self, filter: &str, now: Instant) -> Vec<Arc<Message>> {
         let mut found = Vec::new();
-        self.retained.read().for_each_match(filter, |_topic, message| {
-            if !message.is_expired(now) {
-                found.push(message.clone());
-            }
-        });
+        self.retained
+            .read()
+            .for_each_match(filter, |_topic, message| {
+                if !message.is_expired(now) {
+                    found.push(message.clone());
+                }
+            });
         found
     }
 
     /// Drops expired retained messages [MQTT-3.3.2-5]; returns how many.
     pub fn prune_retained(&self, now: Instant) -> usize {
-        self.retained.write().retain(|_topic, message| !message.is_expired(now))
+        self.retained
+            .write()
+            .retain(|_topic, message| !message.is_expired(now))
     }
 
     /// Retained messages stored.
@@ -308,7 +323,12 @@ fn merge_targets(targets: &mut Vec<Target>) {
     *targets = merged;
 }
 
-fn enqueue(cell: &Arc<SessionCell>, delivery: Delivery, wake: &mut WakeList, outcome: &mut RouteOutcome) {
+fn enqueue(
+    cell: &Arc<SessionCell>,
+    delivery: Delivery,
+    wake: &mut WakeList,
+    outcome: &mut RouteOutcome,
+) {
     let mut state = cell.state.lock();
     match state.session.enqueue(delivery) {
         EnqueueOutcome::Queued { wake: needs_wake } => {

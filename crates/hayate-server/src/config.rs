@@ -94,16 +94,20 @@ pub enum ConfigError {
 impl Config {
     /// Parses TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
         config.validate()?;
         Ok(config)
     }
 
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Config::from_toml(&text, &path.display().to_string())
     }
 
@@ -127,9 +131,18 @@ mod tests {
         let config = Config::load(&path).expect("hayate.toml must stay valid");
         let defaults = Config::default();
         assert_eq!(config.server.listen, defaults.server.listen);
-        assert_eq!(config.broker.max_packet_size, defaults.broker.max_packet_size);
-        assert_eq!(config.broker.receive_maximum, defaults.broker.receive_maximum);
-        assert_eq!(config.server.max_connections, defaults.server.max_connections);
+        assert_eq!(
+            config.broker.max_packet_size,
+            defaults.broker.max_packet_size
+        );
+        assert_eq!(
+            config.broker.receive_maximum,
+            defaults.broker.receive_maximum
+        );
+        assert_eq!(
+            config.server.max_connections,
+            defaults.server.max_connections
+        );
         assert!(config.auth.allow_anonymous);
     }
 

@@ -68,7 +68,10 @@ pub(crate) async fn run_connection(
     over_capacity: bool,
     shutdown: watch::Receiver<bool>,
 ) {
-    let info = ConnectionInfo { peer: Some(peer), over_capacity };
+    let info = ConnectionInfo {
+        peer: Some(peer),
+        over_capacity,
+    };
     let channel = Channel::new(broker.clone(), info);
     let mut connection = Connection {
         stream,
@@ -103,12 +106,19 @@ impl Connection {
                 }
                 continue;
             }
-            let mut interest = if backlogged { None } else { Some(Interest::READABLE) };
+            let mut interest = if backlogged {
+                None
+            } else {
+                Some(Interest::READABLE)
+            };
             if !self.out.is_empty() {
                 interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));
             }
             let Some(interest) = interest else { continue };
-            let deadline = match (self.channel.is_connected(), self.channel.keep_alive_timeout()) {
+            let deadline = match (
+                self.channel.is_connected(),
+                self.channel.keep_alive_timeout(),
+            ) {
                 (false, _) => connect_deadline,
                 (true, Some(timeout)) => self.last_read + timeout,
                 (true, None) => Instant::now() + Duration::from_secs(3600),
@@ -180,9 +190,16 @@ impl Connection {
         let now = Instant::now().into_std();
         let mut close = None;
         loop {
-            match decode(&mut self.read_buf, self.channel.version(), self.settings.max_packet_size) {
+            match decode(
+                &mut self.read_buf,
+                self.channel.version(),
+                self.settings.max_packet_size,
+            ) {
                 Ok(Some(packet)) => {
-                    if let Err(c) = self.channel.handle_packet(packet, now, &mut self.out, &mut self.wake) {
+                    if let Err(c) =
+                        self.channel
+                            .handle_packet(packet, now, &mut self.out, &mut self.wake)
+                    {
                         close = Some(c);
                         break;
                     }

@@ -38,7 +38,11 @@ impl Server {
     /// Binds every listener and starts serving on the current tokio runtime.
     pub async fn start(config: Config) -> io::Result<ServerHandle> {
         let hooks = Arc::new(config.auth.clone());
-        let broker = Broker::new(config.broker.clone(), hooks, tokio::time::Instant::now().into_std());
+        let broker = Broker::new(
+            config.broker.clone(),
+            hooks,
+            tokio::time::Instant::now().into_std(),
+        );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let settings = Arc::new(ConnectionSettings::from_config(&config));
         let active = Arc::new(AtomicUsize::new(0));
@@ -61,9 +65,18 @@ impl Server {
         tasks.spawn(timer_loop(broker.clone(), shutdown_rx.clone()));
         if config.server.sys_interval_secs > 0 {
             let interval = Duration::from_secs(config.server.sys_interval_secs);
-            tasks.spawn(crate::sys::sys_loop(broker.clone(), interval, shutdown_rx.clone()));
+            tasks.spawn(crate::sys::sys_loop(
+                broker.clone(),
+                interval,
+                shutdown_rx.clone(),
+            ));
         }
-        Ok(ServerHandle { broker, local_addrs, shutdown, tasks })
+        Ok(ServerHandle {
+            broker,
+            local_addrs,
+            shutdown,
+            tasks,
+        })
     }
 }
 
@@ -164,7 +177,9 @@ async fn timer_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
 
 /// Warns at start when the process may open fewer files than `max_connections` needs.
 fn warn_if_fd_limit_low(max_connections: usize) {
-    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else { return };
+    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else {
+        return;
+    };
     let soft = limits
         .lines()
         .find(|line| line.starts_with("Max open files"))

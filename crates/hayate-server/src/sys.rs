@@ -17,7 +17,11 @@ struct Load {
 
 impl Load {
     fn new(name: &'static str) -> Load {
-        Load { name, last: 0, averages: [0.0; 3] }
+        Load {
+            name,
+            last: 0,
+            averages: [0.0; 3],
+        }
     }
 
     /// Folds in the counter's new value after `interval`.
@@ -31,7 +35,11 @@ impl Load {
     }
 }
 
-pub(crate) async fn sys_loop(broker: Arc<Broker>, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn sys_loop(
+    broker: Arc<Broker>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
     broker.publish_internal(
         "$SYS/broker/version",
         format!("hayate version {}", env!("CARGO_PKG_VERSION")).into(),
@@ -55,30 +63,66 @@ pub(crate) async fn sys_loop(broker: Arc<Broker>, interval: Duration, mut shutdo
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let uptime = tokio::time::Instant::now().into_std().saturating_duration_since(broker.started_at);
-        let publish = |topic: &str, value: String| broker.publish_internal(topic, value.into(), true);
+        let uptime = tokio::time::Instant::now()
+            .into_std()
+            .saturating_duration_since(broker.started_at);
+        let publish =
+            |topic: &str, value: String| broker.publish_internal(topic, value.into(), true);
         let counter = |counter: &AtomicU64| Stats::get(counter).to_string();
-        publish("$SYS/broker/uptime", format!("{} seconds", uptime.as_secs()));
+        publish(
+            "$SYS/broker/uptime",
+            format!("{} seconds", uptime.as_secs()),
+        );
         let connected = Stats::get(&stats.clients_connected);
         let total = broker.registry.len() as u64;
         publish("$SYS/broker/clients/connected", connected.to_string());
         publish("$SYS/broker/clients/active", connected.to_string());
-        publish("$SYS/broker/clients/total", total.max(connected).to_string());
-        publish("$SYS/broker/clients/disconnected", total.saturating_sub(connected).to_string());
-        publish("$SYS/broker/clients/maximum", counter(&stats.clients_maximum));
-        publish("$SYS/broker/messages/received", counter(&stats.messages_received));
+        publish(
+            "$SYS/broker/clients/total",
+            total.max(connected).to_string(),
+        );
+        publish(
+            "$SYS/broker/clients/disconnected",
+            total.saturating_sub(connected).to_string(),
+        );
+        publish(
+            "$SYS/broker/clients/maximum",
+            counter(&stats.clients_maximum),
+        );
+        publish(
+            "$SYS/broker/messages/received",
+            counter(&stats.messages_received),
+        );
         publish("$SYS/broker/messages/sent", counter(&stats.publish_sent));
-        publish("$SYS/broker/publish/messages/received", counter(&stats.publish_received));
-        publish("$SYS/broker/publish/messages/sent", counter(&stats.publish_sent));
-        publish("$SYS/broker/publish/messages/dropped", counter(&stats.publish_dropped));
+        publish(
+            "$SYS/broker/publish/messages/received",
+            counter(&stats.publish_received),
+        );
+        publish(
+            "$SYS/broker/publish/messages/sent",
+            counter(&stats.publish_sent),
+        );
+        publish(
+            "$SYS/broker/publish/messages/dropped",
+            counter(&stats.publish_dropped),
+        );
         publish("$SYS/broker/bytes/received", counter(&stats.bytes_received));
         publish("$SYS/broker/bytes/sent", counter(&stats.bytes_sent));
-        publish("$SYS/broker/retained messages/count", broker.router.retained_count().to_string());
-        publish("$SYS/broker/subscriptions/count", counter(&stats.subscriptions));
+        publish(
+            "$SYS/broker/retained messages/count",
+            broker.router.retained_count().to_string(),
+        );
+        publish(
+            "$SYS/broker/subscriptions/count",
+            counter(&stats.subscriptions),
+        );
         for (load, source) in loads.iter_mut() {
             load.update(Stats::get(source), interval);
             for (average, window) in load.averages.iter().zip(["1min", "5min", "15min"]) {
-                publish(&format!("$SYS/broker/load/{}/{}", load.name, window), format!("{average:.2}"));
+                publish(
+                    &format!("$SYS/broker/load/{}/{}", load.name, window),
+                    format!("{average:.2}"),
+                );
             }
         }
     }

@@ -100,7 +100,11 @@ impl Message {
         max_packet_size: u32,
         out: &mut crate::OutBuf,
     ) -> Option<usize> {
-        let WireForm { version, qos, retain } = form;
+        let WireForm {
+            version,
+            qos,
+            retain,
+        } = form;
         let header = self.header_for(version, qos, retain)?;
         let total = header.bytes.len() + self.payload.len();
         if total > max_packet_size as usize {
@@ -120,15 +124,31 @@ impl Message {
         Some(total)
     }
 
-    fn header_for(&self, version: ProtocolVersion, qos: QoS, retain: bool) -> Option<EncodedHeader> {
+    fn header_for(
+        &self,
+        version: ProtocolVersion,
+        qos: QoS,
+        retain: bool,
+    ) -> Option<EncodedHeader> {
         let form = (u8::from(version.is_v5()) << 3) | ((qos as u8) << 1) | u8::from(retain);
-        let mut cache = self.encoded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut cache = self
+            .encoded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((_, header)) = cache.iter().find(|(f, _)| *f == form) {
             return Some(header.clone());
         }
-        let placeholder = if qos == QoS::AtMostOnce { None } else { std::num::NonZeroU16::new(1) };
+        let placeholder = if qos == QoS::AtMostOnce {
+            None
+        } else {
+            std::num::NonZeroU16::new(1)
+        };
         let empty = Properties::default();
-        let properties = if version.is_v5() { &self.properties } else { &empty };
+        let properties = if version.is_v5() {
+            &self.properties
+        } else {
+            &empty
+        };
         let mut buf = BytesMut::new();
         encode_publish_header(
             version,
@@ -146,11 +166,15 @@ impl Message {
         let packet_id_offset = match placeholder {
             None => None,
             Some(_) => {
-                let (_, remaining_len_bytes) = hayate_codec::read_variable_int(&buf[1..]).ok()??;
+                let (_, remaining_len_bytes) =
+                    hayate_codec::read_variable_int(&buf[1..]).ok()??;
                 Some(1 + remaining_len_bytes + 2 + self.topic.len())
             }
         };
-        let header = EncodedHeader { bytes: buf.freeze(), packet_id_offset };
+        let header = EncodedHeader {
+            bytes: buf.freeze(),
+            packet_id_offset,
+        };
         cache.push((form, header.clone()));
         Some(header)
     }

@@ -95,7 +95,9 @@ impl OutBuf {
     /// Drops the first `n` bytes (they were written).
     pub fn advance(&mut self, mut n: usize) {
         while n > 0 {
-            let Some(front) = self.chunks.front_mut() else { break };
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
             if n >= front.len() {
                 n -= front.len();
                 self.chunks_len -= front.len();

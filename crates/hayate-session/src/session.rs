@@ -233,7 +233,10 @@ impl Session {
     }
 
     fn window(&self) -> u16 {
-        let client = self.connection.as_ref().map_or(u16::MAX, |c| c.client_receive_maximum);
+        let client = self
+            .connection
+            .as_ref()
+            .map_or(u16::MAX, |c| c.client_receive_maximum);
         client.min(self.limits.max_inflight).max(1)
     }
 
@@ -254,12 +257,16 @@ impl Session {
         let was_idle = self.pending.is_empty();
         self.held_bytes += weight;
         self.pending.push_back(delivery);
-        EnqueueOutcome::Queued { wake: was_idle && self.connection.is_some() }
+        EnqueueOutcome::Queued {
+            wake: was_idle && self.connection.is_some(),
+        }
     }
 
-    /// Takes every delivery that came through a shared subscription and is not yet past the
-    /// point of no return (waiting, or QoS 1/2 sent but not acknowledged), so the broker can
-    /// hand them to another member of the group when this client goes away.
+    /// Takes the deliveries that came through a shared subscription and may go to another
+    /// member of the group when this client goes away: QoS 1/2 messages not yet sent, and QoS 1
+    /// messages sent but not acknowledged [MQTT-4.8.2-...]. A QoS 2 message already sent stays:
+    /// its delivery must be completed to this client and never sent to another
+    /// [MQTT-4.8.2-4] [MQTT-4.8.2-5].
     pub fn take_shared_deliveries(&mut self) -> Vec<Delivery> {
         let mut taken = Vec::new();
         let mut kept = VecDeque::with_capacity(self.pending.len());
@@ -275,8 +282,10 @@ impl Session {
             .inflight
             .iter()
             .filter(|(_, f)| {
-                f.state != OutflightState::AwaitPubComp
-                    && f.delivery.as_ref().is_some_and(|d| d.shared_group.is_some())
+                f.state == OutflightState::AwaitPubAck
+                    && f.delivery
+                        .as_ref()
+                        .is_some_and(|d| d.shared_group.is_some())
             })
             .map(|(id, _)| *id)
             .collect();
@@ -311,7 +320,10 @@ impl Session {
         publish: &mut Publish,
     ) -> Result<InboundPublish, SessionError> {
         if let Some(alias) = publish.properties.topic_alias {
-            let max = self.connection.as_ref().map_or(0, |c| c.server_topic_alias_maximum);
+            let max = self
+                .connection
+                .as_ref()
+                .map_or(0, |c| c.server_topic_alias_maximum);
             // [MQTT-3.3.2-8] alias 0 is invalid; [MQTT-3.3.2-9] above our maximum is invalid.
             if alias == 0 || alias > max {
                 return Err(SessionError::TopicAliasInvalid);
@@ -329,11 +341,16 @@ impl Session {
             return Err(SessionError::UnknownTopicAlias);
         }
         if publish.qos == QoS::ExactlyOnce {
-            let Some(id) = publish.packet_id else { return Ok(InboundPublish::Route) };
+            let Some(id) = publish.packet_id else {
+                return Ok(InboundPublish::Route);
+            };
             if self.inbound_qos2.contains(&id.get()) {
                 return Ok(InboundPublish::DuplicateQos2);
             }
-            let max = self.connection.as_ref().map_or(u16::MAX, |c| c.server_receive_maximum);
+            let max = self
+                .connection
+                .as_ref()
+                .map_or(u16::MAX, |c| c.server_receive_maximum);
             if self.inbound_qos2.len() >= usize::from(max) {
                 return Err(SessionError::ReceiveMaximumExceeded);
             }
@@ -425,21 +442,34 @@ impl Session {
     /// the caller can write and poll again. Does nothing while detached.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut OutBuf) -> TransmitReport {
         let mut report = TransmitReport::default();
-        let Some(conn) = self.connection.clone() else { return report };
+        let Some(conn) = self.connection.clone() else {
+            return report;
+        };
         let start_len = out.len();
         while let Some(rel) = self.pubrel_out.pop_front() {
             let _ = encode(&Packet::PubRel(rel), conn.version, out.tail_mut());
         }
         while let Some(id) = self.resend.pop_front() {
-            let Some(flight) = self.inflight.get(&id) else { continue };
+            let Some(flight) = self.inflight.get(&id) else {
+                continue;
+            };
             match (flight.state, &flight.delivery) {
                 (OutflightState::AwaitPubComp, _) => {
-                    let Some(pid) = PacketId::new(id) else { continue };
-                    let _ = encode(&Packet::PubRel(PubResp::new(pid)), conn.version, out.tail_mut());
+                    let Some(pid) = PacketId::new(id) else {
+                        continue;
+                    };
+                    let _ = encode(
+                        &Packet::PubRel(PubResp::new(pid)),
+                        conn.version,
+                        out.tail_mut(),
+                    );
                 }
                 (_, Some(delivery)) => {
                     let delivery = delivery.clone();
-                    if self.write_publish(&conn, &delivery, Some(id), true, now, out).is_err() {
+                    if self
+                        .write_publish(&conn, &delivery, Some(id), true, now, out)
+                        .is_err()
+                    {
                         // Expired or too large for the client: give up on it.
                         self.release(id);
                     } else {
@@ -458,7 +488,9 @@ impl Session {
             if front.qos != QoS::AtMostOnce && self.inflight.len() >= window {
                 break;
             }
-            let Some(delivery) = self.pending.pop_front() else { break };
+            let Some(delivery) = self.pending.pop_front() else {
+                break;
+            };
             let weight = delivery.weight();
             if delivery.message.is_expired(now) {
                 self.held_bytes = self.held_bytes.saturating_sub(weight);
@@ -484,7 +516,14 @@ impl Session {
                         };
                         let seq = self.next_seq;
                         self.next_seq += 1;
-                        self.inflight.insert(id, Outflight { delivery: Some(delivery), state, seq });
+                        self.inflight.insert(
+                            id,
+                            Outflight {
+                                delivery: Some(delivery),
+                                state,
+                                seq,
+                            },
+                        );
                     }
                     Err(reason) => {
                         self.held_bytes = self.held_bytes.saturating_sub(weight);
@@ -541,7 +580,11 @@ impl Session {
             // The common case: the header bytes are shared by every subscriber of this form.
             return message
                 .write_shared_form(
-                    WireForm { version: conn.version, qos: delivery.qos, retain: delivery.retain },
+                    WireForm {
+                        version: conn.version,
+                        qos: delivery.qos,
+                        retain: delivery.retain,
+                    },
                     packet_id,
                     dup,
                     conn.client_maximum_packet_size,

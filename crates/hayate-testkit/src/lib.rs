@@ -53,7 +53,9 @@ impl TestBroker {
     /// Connects and completes CONNECT/CONNACK with a clean session; panics unless accepted.
     pub async fn client(&self, version: ProtocolVersion, client_id: &str) -> RawClient {
         let mut client = self.raw(version).await;
-        let connack = client.connect(connect_packet(version, client_id, true)).await;
+        let connack = client
+            .connect(connect_packet(version, client_id, true))
+            .await;
         assert_eq!(connack.reason_code.0, 0, "CONNACK refused: {connack:?}");
         client
     }
@@ -85,7 +87,13 @@ pub fn will(topic: &str, payload: &'static [u8], qos: QoS, retain: bool) -> Will
 }
 
 /// A PUBLISH packet; `packet_id` must be `Some` exactly when `qos` > 0.
-pub fn publish_packet(topic: &str, payload: &[u8], qos: QoS, retain: bool, packet_id: Option<u16>) -> Publish {
+pub fn publish_packet(
+    topic: &str,
+    payload: &[u8],
+    qos: QoS,
+    retain: bool,
+    packet_id: Option<u16>,
+) -> Publish {
     Publish {
         dup: false,
         qos,
@@ -109,7 +117,11 @@ impl RawClient {
     pub async fn connect_tcp(addr: SocketAddr, version: ProtocolVersion) -> RawClient {
         let stream = TcpStream::connect(addr).await.expect("tcp connect");
         stream.set_nodelay(true).expect("nodelay");
-        RawClient { stream, version, buf: BytesMut::new() }
+        RawClient {
+            stream,
+            version,
+            buf: BytesMut::new(),
+        }
     }
 
     /// The protocol version used to encode and decode.
@@ -142,7 +154,13 @@ impl RawClient {
 
     /// Subscribes to one filter at `qos` and returns the SUBACK codes.
     pub async fn subscribe(&mut self, filter: &str, qos: QoS, packet_id: u16) -> Vec<u8> {
-        self.subscribe_with(filter, SubscriptionOptions::with_qos(qos), Properties::default(), packet_id).await
+        self.subscribe_with(
+            filter,
+            SubscriptionOptions::with_qos(qos),
+            Properties::default(),
+            packet_id,
+        )
+        .await
     }
 
     /// Subscribes with full options and properties; returns the SUBACK codes.
@@ -154,7 +172,11 @@ impl RawClient {
         packet_id: u16,
     ) -> Vec<u8> {
         let packet_id = PacketId::new(packet_id).expect("non-zero packet id");
-        let subscribe = Subscribe { packet_id, filters: vec![(filter.into(), options)], properties };
+        let subscribe = Subscribe {
+            packet_id,
+            filters: vec![(filter.into(), options)],
+            properties,
+        };
         self.send(Packet::Subscribe(subscribe)).await;
         match self.recv().await {
             Packet::SubAck(suback) => {
@@ -168,7 +190,11 @@ impl RawClient {
     /// Unsubscribes from one filter; returns the UNSUBACK codes (empty for v3).
     pub async fn unsubscribe(&mut self, filter: &str, packet_id: u16) -> Vec<u8> {
         let packet_id = PacketId::new(packet_id).expect("non-zero packet id");
-        let unsubscribe = Unsubscribe { packet_id, filters: vec![filter.into()], properties: Properties::default() };
+        let unsubscribe = Unsubscribe {
+            packet_id,
+            filters: vec![filter.into()],
+            properties: Properties::default(),
+        };
         self.send(Packet::Unsubscribe(unsubscribe)).await;
         match self.recv().await {
             Packet::UnsubAck(unsuback) => unsuback.reason_codes.iter().map(|c| c.0).collect(),
@@ -177,9 +203,19 @@ impl RawClient {
     }
 
     /// Publishes and completes the QoS handshake (PUBACK, or PUBREC/PUBREL/PUBCOMP).
-    pub async fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, retain: bool, packet_id: u16) {
+    pub async fn publish(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        qos: QoS,
+        retain: bool,
+        packet_id: u16,
+    ) {
         let id = (qos != QoS::AtMostOnce).then_some(packet_id);
-        self.send(Packet::Publish(publish_packet(topic, payload, qos, retain, id))).await;
+        self.send(Packet::Publish(publish_packet(
+            topic, payload, qos, retain, id,
+        )))
+        .await;
         match qos {
             QoS::AtMostOnce => {}
             QoS::AtLeastOnce => match self.recv().await {

@@ -74,7 +74,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("starting the runtime")?;
     runtime.block_on(async move {
         let server = Server::start(config).await.context("starting listeners")?;
-        tracing::info!(version = env!("CARGO_PKG_VERSION"), threads, "hayate_started");
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            threads,
+            "hayate_started"
+        );
         let trigger = server.shutdown_trigger();
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -106,6 +110,9 @@ async fn wait_for_signal() {
 fn init_logging(level: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .with_context(|| format!("invalid log level {level:?}"))?;
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
     Ok(())
 }

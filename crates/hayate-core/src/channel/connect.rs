@@ -32,7 +32,11 @@ impl Channel {
         }
         if v5 && connect.properties.authentication_method.is_some() {
             // No enhanced authentication method is configured [MQTT-4.12.0-1].
-            return Err(self.refuse(ReasonCode::BAD_AUTHENTICATION_METHOD, "unsupported_auth_method", out));
+            return Err(self.refuse(
+                ReasonCode::BAD_AUTHENTICATION_METHOD,
+                "unsupported_auth_method",
+                out,
+            ));
         }
 
         // Client identifier [MQTT-3.1.3-3] .. [MQTT-3.1.3-8].
@@ -40,8 +44,14 @@ impl Channel {
         let client_id: Arc<str> = if connect.client_id.is_empty() {
             // v3.1.1 allows an empty id only with Clean Session [MQTT-3.1.3-7] [MQTT-3.1.3-8];
             // 3.1 requires an id; v5 always assigns one [MQTT-3.1.3-6].
-            if version == ProtocolVersion::V31 || (version == ProtocolVersion::V311 && !connect.clean_start) {
-                return Err(self.refuse(ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "empty_client_id", out));
+            if version == ProtocolVersion::V31
+                || (version == ProtocolVersion::V311 && !connect.clean_start)
+            {
+                return Err(self.refuse(
+                    ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+                    "empty_client_id",
+                    out,
+                ));
             }
             let id: Arc<str> = Arc::from(format!("hayate-{:016x}", rand::random::<u64>()));
             if v5 {
@@ -49,7 +59,11 @@ impl Channel {
             }
             id
         } else if connect.client_id.len() > config.max_client_id_len {
-            return Err(self.refuse(ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "client_id_too_long", out));
+            return Err(self.refuse(
+                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+                "client_id_too_long",
+                out,
+            ));
         } else {
             Arc::from(connect.client_id.as_str())
         };
@@ -61,11 +75,19 @@ impl Channel {
             }
             if will.qos > config.maximum_qos() {
                 // [MQTT-3.2.2-12]
-                return Err(self.refuse(ReasonCode::QOS_NOT_SUPPORTED, "will_qos_not_supported", out));
+                return Err(self.refuse(
+                    ReasonCode::QOS_NOT_SUPPORTED,
+                    "will_qos_not_supported",
+                    out,
+                ));
             }
             if will.retain && !config.retain_available {
                 // [MQTT-3.2.2-13]
-                return Err(self.refuse(ReasonCode::RETAIN_NOT_SUPPORTED, "will_retain_not_supported", out));
+                return Err(self.refuse(
+                    ReasonCode::RETAIN_NOT_SUPPORTED,
+                    "will_retain_not_supported",
+                    out,
+                ));
             }
         }
 
@@ -74,7 +96,11 @@ impl Channel {
             username: connect.username.as_ref().map(|u| Arc::from(u.as_str())),
             peer: self.info.peer,
         };
-        if let Err(reason) = self.broker.hooks.authenticate(&client, connect.password.as_deref()) {
+        if let Err(reason) = self
+            .broker
+            .hooks
+            .authenticate(&client, connect.password.as_deref())
+        {
             return Err(self.refuse(reason, "authentication_failed", out));
         }
 
@@ -82,7 +108,8 @@ impl Channel {
         // maximum is set) are told the Server Keep Alive [MQTT-3.2.2-21].
         let mut server_keep_alive = None;
         self.keep_alive = connect.keep_alive;
-        if v5 && config.max_keep_alive < u16::MAX
+        if v5
+            && config.max_keep_alive < u16::MAX
             && (connect.keep_alive == 0 || connect.keep_alive > config.max_keep_alive)
         {
             self.keep_alive = config.max_keep_alive;
@@ -116,7 +143,10 @@ impl Channel {
         };
 
         let limits = self.broker.session_limits();
-        let opened = self.broker.registry.open(&client_id, connect.clean_start, || Session::new(limits));
+        let opened = self
+            .broker
+            .registry
+            .open(&client_id, connect.clean_start, || Session::new(limits));
         if let Some(replaced) = &opened.replaced {
             // Clean start over an existing session: that session ends now, and a connection
             // still attached to it is closed [MQTT-3.1.4-3].
@@ -144,10 +174,12 @@ impl Channel {
             // is back before its delay ran out [MQTT-3.1.3-9]; on takeover of a live
             // connection with no delay it is sent as that connection's end.
             let previous_will = state.will.take();
-            let old_will = previous_will.filter(|w| {
-                taking_over && w.will.properties.will_delay_interval.unwrap_or(0) == 0
+            let old_will = previous_will
+                .filter(|w| taking_over && w.will.properties.will_delay_interval.unwrap_or(0) == 0);
+            state.will = connect.will.clone().map(|will| PendingWill {
+                will,
+                publisher: cell.id,
             });
-            state.will = connect.will.clone().map(|will| PendingWill { will, publisher: cell.id });
             state.session.attach(params);
             (old_will, old_doorbell.filter(|_| taking_over))
         };
@@ -209,8 +241,16 @@ impl Channel {
     /// Refuses a CONNECT with CONNACK (v5 reason, or the matching v3 return code)
     /// [MQTT-3.2.2-6] [MQTT-3.2.2-7] and closes.
     fn refuse(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
-        let code = if self.version.is_v5() { reason } else { v3_return_code(reason) };
-        let connack = ConnAck { session_present: false, reason_code: code, properties: Properties::default() };
+        let code = if self.version.is_v5() {
+            reason
+        } else {
+            v3_return_code(reason)
+        };
+        let connack = ConnAck {
+            session_present: false,
+            reason_code: code,
+            properties: Properties::default(),
+        };
         self.write(&Packet::ConnAck(connack), out);
         self.phase = Phase::Closed;
         tracing::info!(peer = ?self.info.peer, reason = %reason, event, "connect_refused");

@@ -24,11 +24,25 @@ impl Channel {
             // [MQTT-3.2.2-11] a QoS above the announced Maximum QoS.
             return Err(self.close_with(ReasonCode::QOS_NOT_SUPPORTED, "qos_not_supported", out));
         }
+        if !publish.properties.subscription_identifiers.is_empty() {
+            // [MQTT-3.3.4-6] a PUBLISH from a client must not carry a Subscription Identifier.
+            return Err(self.close_with(
+                ReasonCode::PROTOCOL_ERROR,
+                "subscription_id_in_publish",
+                out,
+            ));
+        }
         if publish.retain && !config.retain_available {
             // [MQTT-3.2.2-14]
-            return Err(self.close_with(ReasonCode::RETAIN_NOT_SUPPORTED, "retain_not_supported", out));
+            return Err(self.close_with(
+                ReasonCode::RETAIN_NOT_SUPPORTED,
+                "retain_not_supported",
+                out,
+            ));
         }
-        let inbound = match self.with_session(out, |state, _| state.session.handle_inbound_publish(&mut publish))? {
+        let inbound = match self.with_session(out, |state, _| {
+            state.session.handle_inbound_publish(&mut publish)
+        })? {
             Ok(inbound) => inbound,
             Err(error) => {
                 tracing::info!(client_id = ?self.client_id(), %error, "protocol_violation");
@@ -96,9 +110,19 @@ impl Channel {
 
     /// PUBACK for QoS 1 [MQTT-4.3.2-2], PUBREC for QoS 2 [MQTT-4.3.3-2], nothing for QoS 0.
     fn acknowledge(&self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
-        let Some(packet_id) = publish.packet_id else { return };
-        let reason = if self.version.is_v5() { reason } else { ReasonCode::SUCCESS };
-        let response = PubResp { packet_id, reason_code: reason, properties: Properties::default() };
+        let Some(packet_id) = publish.packet_id else {
+            return;
+        };
+        let reason = if self.version.is_v5() {
+            reason
+        } else {
+            ReasonCode::SUCCESS
+        };
+        let response = PubResp {
+            packet_id,
+            reason_code: reason,
+            properties: Properties::default(),
+        };
         match publish.qos {
             QoS::AtMostOnce => {}
             QoS::AtLeastOnce => self.write(&Packet::PubAck(response), out),

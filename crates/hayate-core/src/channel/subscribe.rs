@@ -22,15 +22,24 @@ impl Channel {
         now: Instant,
         out: &mut OutBuf,
     ) -> Result<(), Close> {
-        let subscription_id = subscribe.properties.subscription_identifiers.first().copied();
+        let subscription_id = subscribe
+            .properties
+            .subscription_identifiers
+            .first()
+            .copied();
         let mut reason_codes = Vec::with_capacity(subscribe.filters.len());
         let mut retained = Vec::new();
         for (filter, options) in &subscribe.filters {
-            let code = self.subscribe_one(filter, *options, subscription_id, now, &mut retained, out)?;
+            let code =
+                self.subscribe_one(filter, *options, subscription_id, now, &mut retained, out)?;
             reason_codes.push(code);
         }
         // [MQTT-3.8.4-1] SUBACK with the same packet id; [MQTT-3.9.3-1] one code per filter.
-        let suback = SubAck { packet_id: subscribe.packet_id, reason_codes, properties: Properties::default() };
+        let suback = SubAck {
+            packet_id: subscribe.packet_id,
+            reason_codes,
+            properties: Properties::default(),
+        };
         self.write(&Packet::SubAck(suback), out);
         if !retained.is_empty() {
             self.with_session(out, |state, _| {
@@ -52,7 +61,13 @@ impl Channel {
         out: &mut OutBuf,
     ) -> Result<ReasonCode, Close> {
         let v5 = self.version.is_v5();
-        let failure = |reason: ReasonCode| if v5 { reason } else { ReasonCode::V3_SUBACK_FAILURE };
+        let failure = |reason: ReasonCode| {
+            if v5 {
+                reason
+            } else {
+                ReasonCode::V3_SUBACK_FAILURE
+            }
+        };
         let broker = self.broker.clone();
         let config = &broker.config;
         let shared = match hayate_topic::parse_shared(filter) {
@@ -82,7 +97,8 @@ impl Channel {
         };
         let max_subscriptions = config.max_subscriptions_per_client;
         let over_quota = self.with_session(out, |state, _| {
-            !state.subscriptions.contains_key(filter) && state.subscriptions.len() >= max_subscriptions
+            !state.subscriptions.contains_key(filter)
+                && state.subscriptions.len() >= max_subscriptions
         })?;
         if over_quota {
             return Ok(failure(ReasonCode::QUOTA_EXCEEDED));
@@ -94,9 +110,15 @@ impl Channel {
             options.retain_as_published = false;
             options.retain_handling = 0;
         }
-        let record = SubscriptionRecord { options, subscription_id };
+        let record = SubscriptionRecord {
+            options,
+            subscription_id,
+        };
         // The index lock is taken without holding the session lock (lock order).
-        let existed = self.broker.router.subscribe(filter, SubEntry { cell, record });
+        let existed = self
+            .broker
+            .router
+            .subscribe(filter, SubEntry { cell, record });
         self.with_session(out, |state, _| {
             state.subscriptions.insert(filter.into(), record);
         })?;
@@ -126,7 +148,11 @@ impl Channel {
         })
     }
 
-    pub(super) fn handle_unsubscribe(&mut self, unsubscribe: Unsubscribe, out: &mut OutBuf) -> Result<(), Close> {
+    pub(super) fn handle_unsubscribe(
+        &mut self,
+        unsubscribe: Unsubscribe,
+        out: &mut OutBuf,
+    ) -> Result<(), Close> {
         let mut reason_codes = Vec::with_capacity(unsubscribe.filters.len());
         let session_id = self.cell.as_ref().map_or(0, |c| c.id);
         for filter in &unsubscribe.filters {
@@ -139,10 +165,15 @@ impl Channel {
                 reason_codes.push(ReasonCode::TOPIC_FILTER_INVALID);
                 continue;
             }
-            let recorded = self.with_session(out, |state, _| state.subscriptions.remove(&**filter).is_some())?;
+            let recorded = self.with_session(out, |state, _| {
+                state.subscriptions.remove(&**filter).is_some()
+            })?;
             let removed = self.broker.router.unsubscribe(filter, session_id);
             if removed {
-                self.broker.stats.subscriptions.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                self.broker
+                    .stats
+                    .subscriptions
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
             reason_codes.push(if recorded || removed {
                 ReasonCode::SUCCESS
@@ -155,7 +186,11 @@ impl Channel {
             reason_codes.clear();
         }
         // [MQTT-3.10.4-4] UNSUBACK even when nothing matched; [MQTT-3.10.4-5] same packet id.
-        let unsuback = UnsubAck { packet_id: unsubscribe.packet_id, reason_codes, properties: Properties::default() };
+        let unsuback = UnsubAck {
+            packet_id: unsubscribe.packet_id,
+            reason_codes,
+            properties: Properties::default(),
+        };
         self.write(&Packet::UnsubAck(unsuback), out);
         Ok(())
     }

@@ -337,13 +337,21 @@ pub async fn disconnect(mut client: RawClient) {
 /// Waits for the broker to close the connection: a v5 client first gets DISCONNECT with
 /// `reason`; a v3 client gets nothing. Packets other than the DISCONNECT fail the test.
 pub async fn expect_server_disconnect(client: &mut RawClient, reason: ReasonCode) {
+    expect_server_disconnect_one_of(client, &[reason]).await;
+}
+
+/// Like [`expect_server_disconnect`], accepting any of `reasons` in the v5 DISCONNECT.
+pub async fn expect_server_disconnect_one_of(client: &mut RawClient, reasons: &[ReasonCode]) {
     let before = client.expect_closed().await;
     if client.version().is_v5() {
         match before.as_slice() {
             [Packet::Disconnect(d)] => {
-                assert_eq!(d.reason_code, reason, "DISCONNECT reason code: {d:?}")
+                assert!(
+                    reasons.contains(&d.reason_code),
+                    "DISCONNECT reason code, want {reasons:?}: {d:?}"
+                )
             }
-            other => panic!("expected DISCONNECT {reason:?} then close, got {other:?}"),
+            other => panic!("expected DISCONNECT {reasons:?} then close, got {other:?}"),
         }
     } else {
         assert!(

@@ -39,8 +39,8 @@ async fn mqtt_4_3_1_1_qos0_delivered_without_packet_id_and_dup_0(version: Protoc
 
 /// [MQTT-4.3.2-4] "In the QoS 1 delivery protocol, the receiver MUST respond with a PUBACK
 /// packet containing the Packet Identifier from the incoming PUBLISH packet" (3.1.1
-/// [MQTT-4.3.2-2]); the forwarded PUBLISH is QoS 1 with a Packet Identifier and DUP 0
-/// [MQTT-4.3.2-2].
+/// [MQTT-4.3.2-2]); as sender the server forwards a QoS 1 PUBLISH with a Packet Identifier
+/// and DUP 0 (v5 [MQTT-4.3.2-2]).
 async fn mqtt_4_3_2_4_puback_carries_publish_packet_id(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -70,7 +70,7 @@ async fn mqtt_4_3_2_4_puback_carries_publish_packet_id(version: ProtocolVersion)
 /// [MQTT-4.3.3-8] "the receiver MUST respond with a PUBREC containing the Packet Identifier
 /// from the incoming PUBLISH packet"; [MQTT-4.3.3-11] "MUST respond to a PUBREL packet by
 /// sending a PUBCOMP packet containing the same Packet Identifier as the PUBREL" (3.1.1
-/// [MQTT-4.3.3-2], [MQTT-4.3.3-3]).
+/// [MQTT-4.3.3-2]).
 async fn mqtt_4_3_3_8_pubrec_and_pubcomp_carry_publish_packet_id(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -98,7 +98,7 @@ async fn mqtt_4_3_3_8_pubrec_and_pubcomp_carry_publish_packet_id(version: Protoc
 /// [MQTT-4.3.3-10] "Until it has received the corresponding PUBREL packet, the receiver MUST
 /// acknowledge any subsequent PUBLISH packet with the same Packet Identifier by sending a
 /// PUBREC. It MUST NOT cause duplicate messages to be delivered to any onward recipients in
-/// this case" (3.1.1 [MQTT-4.3.3-2] method B note, [MQTT-4.3.3-3]).
+/// this case" (3.1.1 [MQTT-4.3.3-2], §4.3.3 method B).
 async fn mqtt_4_3_3_10_qos2_retransmission_before_pubrel_delivered_once(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub1 = client(&broker, version, "sub1").await;
@@ -277,9 +277,9 @@ async fn mqtt_3_8_4_8_delivery_qos_is_minimum_of_published_and_granted(version: 
     }
 }
 
-/// [MQTT-2.2.1-3] "Each time a Client sends a new SUBSCRIBE, UNSUBSCRIBE, or PUBLISH (where QoS
-/// > 0) MQTT Control Packet it MUST assign it a non-zero Packet Identifier that is currently
-/// unused" — the same holds for the server ([MQTT-2.2.1-4], §2.2.1; [MQTT-4.3.2-1],
+/// [MQTT-2.2.1-3] "Each time a Client sends a new SUBSCRIBE, UNSUBSCRIBE, or PUBLISH (where
+/// QoS > 0) MQTT Control Packet it MUST assign it a non-zero Packet Identifier that is
+/// currently unused" — the same holds for the server (§2.2.1; [MQTT-4.3.2-1],
 /// [MQTT-4.3.3-1]: "assign an unused Packet Identifier").
 async fn mqtt_2_2_1_3_outbound_packet_ids_non_zero_and_unique_while_in_flight(
     version: ProtocolVersion,
@@ -402,4 +402,30 @@ async fn mqtt_4_6_0_5_messages_from_one_client_delivered_in_order(version: Proto
             assert_eq!(order, expected, "out of order at {qos:?}");
         }
     }
+}
+
+/// [MQTT-3.2.2-11] "The Client MUST NOT send PUBLISH packets at a QoS level exceeding Maximum
+/// QoS level specified" in CONNACK; the server treats it as a protocol error and closes with
+/// DISCONNECT 0x9B QoS not supported (§3.2.2.3.4); the message is not delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_3_2_2_11_publish_above_maximum_qos_disconnect_0x9b() {
+    let broker = TestBroker::start_with(|c| c.broker.max_qos = 1).await;
+    let mut sub = client(&broker, V5, "sub").await;
+    sub.subscribe("maxq/t", QoS::AtLeastOnce, 1).await;
+    let (mut publisher, connack) = connect_with(
+        &broker,
+        V5,
+        "pub",
+        true,
+        hayate_codec::Properties::default(),
+    )
+    .await;
+    assert_eq!(connack.properties.maximum_qos, Some(1));
+    publish(&mut publisher, "maxq/t", b"ok", QoS::AtLeastOnce, false, 1).await;
+    let packet = publish_packet("maxq/t", b"too high", QoS::ExactlyOnce, false, Some(2));
+    send_publish(&mut publisher, packet).await;
+    expect_server_disconnect(&mut publisher, ReasonCode::QOS_NOT_SUPPORTED).await;
+    let got = receive_until_quiet(&mut sub, QUIET).await;
+    let payloads: Vec<&[u8]> = got.iter().map(|p| &p.payload[..]).collect();
+    assert_eq!(payloads, [&b"ok"[..]]);
 }

@@ -436,3 +436,26 @@ async fn mqtt_3_3_1_3_retained_messages_not_sent_for_shared_subscription() {
     let got = receive_until_quiet(&mut member, QUIET).await;
     assert_eq!(topics_and_payloads(&got), [pair("shret/t", b"r")]);
 }
+
+/// [MQTT-3.2.2-14] "A Client receiving Retain Available set to 0 from the Server MUST NOT send
+/// a PUBLISH packet with the RETAIN flag set to 1": the server closes with DISCONNECT 0x9A
+/// Retain not supported (§3.2.2.3.5) and does not store or deliver the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_3_2_2_14_retain_not_supported_disconnect_0x9a() {
+    let broker = TestBroker::start_with(|c| c.broker.retain_available = false).await;
+    let mut sub = client(&broker, V5, "sub").await;
+    sub.subscribe("noret/t", QoS::AtLeastOnce, 1).await;
+    let (mut publisher, connack) =
+        connect_with(&broker, V5, "pub", true, Properties::default()).await;
+    assert_eq!(connack.properties.retain_available, Some(0));
+    let packet = hayate_testkit::publish_packet("noret/t", b"r", QoS::AtLeastOnce, true, Some(1));
+    send_publish(&mut publisher, packet).await;
+    expect_server_disconnect(
+        &mut publisher,
+        hayate_codec::ReasonCode::RETAIN_NOT_SUPPORTED,
+    )
+    .await;
+    expect_no_publish(&mut sub, "refused retained PUBLISH delivered").await;
+    let got = retained_for(&broker, V5, "late", "noret/#", QoS::AtLeastOnce).await;
+    assert!(got.is_empty(), "stored: {got:?}");
+}

@@ -106,9 +106,15 @@ fn mqtt_4_3_3_10_qos2_duplicate_not_routed_twice() {
         properties: Properties::default(),
         payload: Bytes::new(),
     };
-    assert_eq!(session.handle_inbound_publish(&mut publish.clone()), Ok(InboundPublish::Route));
+    assert_eq!(
+        session.handle_inbound_publish(&mut publish.clone()),
+        Ok(InboundPublish::Route)
+    );
     publish.dup = true;
-    assert_eq!(session.handle_inbound_publish(&mut publish), Ok(InboundPublish::DuplicateQos2));
+    assert_eq!(
+        session.handle_inbound_publish(&mut publish),
+        Ok(InboundPublish::DuplicateQos2)
+    );
     assert!(session.handle_pubrel(PacketId::new(7).unwrap()));
     assert!(!session.handle_pubrel(PacketId::new(7).unwrap()));
 }
@@ -150,33 +156,63 @@ fn mqtt_3_3_2_9_topic_alias_rules() {
         retain: false,
         topic: ByteStr::from("long/topic"),
         packet_id: None,
-        properties: Properties { topic_alias: Some(3), ..Properties::default() },
+        properties: Properties {
+            topic_alias: Some(3),
+            ..Properties::default()
+        },
         payload: Bytes::new(),
     };
-    assert_eq!(session.handle_inbound_publish(&mut publish), Ok(InboundPublish::Route));
-    let mut aliased = Publish { topic: ByteStr::default(), ..publish.clone() };
+    assert_eq!(
+        session.handle_inbound_publish(&mut publish),
+        Ok(InboundPublish::Route)
+    );
+    let mut aliased = Publish {
+        topic: ByteStr::default(),
+        ..publish.clone()
+    };
     aliased.properties.topic_alias = Some(3);
-    assert_eq!(session.handle_inbound_publish(&mut aliased), Ok(InboundPublish::Route));
+    assert_eq!(
+        session.handle_inbound_publish(&mut aliased),
+        Ok(InboundPublish::Route)
+    );
     assert_eq!(aliased.topic.as_str(), "long/topic");
-    let mut unknown = Publish { topic: ByteStr::default(), ..publish.clone() };
+    let mut unknown = Publish {
+        topic: ByteStr::default(),
+        ..publish.clone()
+    };
     unknown.properties.topic_alias = Some(4);
-    assert_eq!(session.handle_inbound_publish(&mut unknown), Err(SessionError::UnknownTopicAlias));
+    assert_eq!(
+        session.handle_inbound_publish(&mut unknown),
+        Err(SessionError::UnknownTopicAlias)
+    );
     let mut too_big = publish.clone();
     too_big.properties.topic_alias = Some(11);
-    assert_eq!(session.handle_inbound_publish(&mut too_big), Err(SessionError::TopicAliasInvalid));
+    assert_eq!(
+        session.handle_inbound_publish(&mut too_big),
+        Err(SessionError::TopicAliasInvalid)
+    );
 }
 
 #[test]
 fn queue_limit_drops_and_offline_qos0_is_not_queued() {
-    let limits = SessionLimits { max_queued_messages: 2, ..SessionLimits::default() };
+    let limits = SessionLimits {
+        max_queued_messages: 2,
+        ..SessionLimits::default()
+    };
     let mut session = Session::new(limits);
-    assert_eq!(session.enqueue(delivery("a", QoS::AtMostOnce)), EnqueueOutcome::DroppedOffline);
+    assert_eq!(
+        session.enqueue(delivery("a", QoS::AtMostOnce)),
+        EnqueueOutcome::DroppedOffline
+    );
     assert_eq!(
         session.enqueue(delivery("a", QoS::AtLeastOnce)),
         EnqueueOutcome::Queued { wake: false }
     );
     session.enqueue(delivery("a", QoS::AtLeastOnce));
-    assert_eq!(session.enqueue(delivery("a", QoS::AtLeastOnce)), EnqueueOutcome::DroppedQueueFull);
+    assert_eq!(
+        session.enqueue(delivery("a", QoS::AtLeastOnce)),
+        EnqueueOutcome::DroppedQueueFull
+    );
 }
 
 /// [MQTT-3.1.2-25] a message larger than the client's Maximum Packet Size is dropped for it.
