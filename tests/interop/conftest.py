@@ -118,11 +118,40 @@ def _hard_timeout(request):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _health_problems(broker: Broker) -> list[str]:
+    problems = []
+    if broker.process.poll() is not None:
+        problems.append(f"broker exited during the test with status {broker.process.returncode}")
+    if "panicked" in broker.log():
+        problems.append("broker printed 'panicked'")
+    if problems:
+        tail = "\n".join(broker.log().splitlines()[-60:])
+        problems.append(f"--- broker log (last 60 lines) ---\n{tail}")
+    return problems
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Fails the test itself (not only its teardown) when a broker it used crashed or panicked."""
+    result = yield
+    problems: list[str] = []
+    for broker in getattr(item, "_hayate_brokers", []):
+        problems.extend(_health_problems(broker))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    return result
+
+
 @pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
-    """Returns start(config_toml: str = "") -> Broker. Brokers are stopped and checked at teardown."""
+def broker_factory(request, tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Returns start(config_toml: str = "") -> Broker.
+
+    After the test body, the test fails if a broker died or printed "panicked"; at teardown each
+    broker gets SIGTERM and must exit 0 within SHUTDOWN_TIMEOUT without panicking.
+    """
     binary = broker_binary()
     started: list[Broker] = []
+    request.node._hayate_brokers = started
 
     def start(config: str = "") -> Broker:
         n = len(started)
@@ -145,7 +174,7 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_BACKTRACE": "1"},
+            env={**os.environ, "RUST_BACKTRACE": "1", "NO_COLOR": "1"},
         )
         log_file.close()
         broker = Broker("127.0.0.1", port, proc, log_path, config_path)

@@ -380,3 +380,44 @@ def test_denied_subscription_among_allowed(broker_factory, subs, version):
     assert s.expect(1) == [f"{ok_topic} fine"]
     assert s.drain() == [], "message delivered on a refused subscription"
     assert s.proc.poll() is None, "mosquitto_sub should keep running with one subscription granted"
+
+
+def test_mqtt_v31_clients(broker, subs):
+    topic = unique("mosq/v31")
+    s = subs(broker, "mqttv31", "-t", topic, "-q", "2", "-C", "3", "-v")
+    s.wait_subscribed()
+    for qos in (0, 1, 2):
+        pub(broker, "mqttv31", "-t", topic, "-q", str(qos), "-m", f"q{qos}")
+    assert s.wait() == 0, s.report()
+    assert sorted(s.expect(3, timeout=1)) == [f"{topic} q0", f"{topic} q1", f"{topic} q2"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sys_topics(broker_factory, subs, version):
+    broker = broker_factory("[server]\nsys_interval_secs = 1\n")
+    s = subs(broker, version, "-t", "$SYS/broker/version", "-t", "$SYS/broker/uptime", "-C", "3", "-v")
+    assert s.wait(timeout=10) == 0, s.report()
+    got = s.expect(3, timeout=1)
+    topics = {line.split(" ", 1)[0] for line in got}
+    assert topics == {"$SYS/broker/version", "$SYS/broker/uptime"}, got
+    for line in got:
+        topic, value = line.split(" ", 1)
+        if topic == "$SYS/broker/uptime":
+            assert re.fullmatch(r"\d+ seconds", value), line
+        else:
+            assert "hayate" in value.lower(), line
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_remove_retained(broker, subs, version):
+    base = unique("mosq/rmret")
+    for name in ("a", "b", "c"):
+        pub(broker, version, "-t", f"{base}/{name}", "-q", "1", "-r", "-m", name)
+    cleaner = subs(broker, version, "-t", f"{base}/#", "--remove-retained", "--retained-only", "-W", "2", "-v")
+    cleaner.wait_subscribed()
+    assert sorted(cleaner.expect(3)) == [f"{base}/a a", f"{base}/b b", f"{base}/c c"]
+    cleaner.wait(timeout=10)
+    later = subs(broker, version, "-t", f"{base}/#", "-v")
+    later.wait_subscribed()
+    stale = later.drain()
+    assert stale == [], f"--remove-retained did not clear: {stale}"

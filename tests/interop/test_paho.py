@@ -70,6 +70,7 @@ class PahoClient:
         self.connect_flags = None
         self.connect_rc = None
         self.connect_props = None
+        self.disconnect_rc = None
         self._subacks: dict[int, list] = {}
         self._suback_cond = threading.Condition()
         self.client.on_connect = self._on_connect
@@ -93,10 +94,11 @@ class PahoClient:
             self._suback_cond.notify_all()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self.disconnect_rc = reason_code
         self._disconnected.set()
 
     # blocking helpers (test thread)
-    def connect(self, *, clean_start: bool | None = None) -> "PahoClient":
+    def connect(self, *, clean_start: bool | None = None, keepalive: int = 30) -> "PahoClient":
         props = None
         kwargs = {}
         if self.protocol == V5:
@@ -106,7 +108,7 @@ class PahoClient:
                 props.SessionExpiryInterval = self.session_expiry
             for name, value in self.connect_properties.items():
                 setattr(props, name, value)
-        self.client.connect(self.broker.host, self.broker.port, keepalive=30, properties=props, **kwargs)
+        self.client.connect(self.broker.host, self.broker.port, keepalive=keepalive, properties=props, **kwargs)
         self.client.loop_start()
         assert self._connected.wait(TIMEOUT), f"{self.client_id}: no CONNACK within {TIMEOUT}s"
         assert not self.connect_rc.is_failure, f"{self.client_id}: CONNACK refused: {self.connect_rc}"
@@ -760,3 +762,161 @@ def test_v5_topic_alias_from_client(broker, clients):
     pub.publish("", b"second", qos=1, properties=props)
     msgs = sub.expect(2)
     assert [(m.topic, m.payload) for m in msgs] == [(topic, b"first"), (topic, b"second")]
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_concurrent_publishers_order_kept_per_publisher(broker, clients, protocol, qos):
+    topic = unique("interop/multi")
+    per_publisher = 200
+    sub = clients(broker, protocol).connect()
+    sub.subscribe(topic, qos)
+    pubs = [clients(broker, protocol).connect() for _ in range(3)]
+    infos = []
+    for i in range(per_publisher):
+        for p, c in enumerate(pubs):
+            infos.append(c.publish(topic, f"{p}:{i}".encode(), qos=qos, wait=False))
+    for info in infos:
+        info.wait_for_publish(timeout=TIMEOUT)
+    msgs = sub.expect(per_publisher * len(pubs), timeout=30)
+    seqs: dict[int, list[int]] = {p: [] for p in range(len(pubs))}
+    for m in msgs:
+        p, i = m.payload.decode().split(":")
+        seqs[int(p)].append(int(i))
+    for p, seq in seqs.items():
+        assert seq == list(range(per_publisher)), f"publisher {p}: lost, duplicated or reordered"
+    assert sub.drain() == []
+
+
+def test_v5_shared_subscription_gets_no_retained_messages(broker, clients):
+    topic = unique("interop/sharedret")
+    pub = clients(broker, V5).connect()
+    pub.publish(topic, b"retained", qos=1, retain=True)
+    member = clients(broker, V5).connect()
+    member.subscribe(f"$share/g/{topic}", 1)
+    got = member.drain()
+    assert got == [], "retained messages must not be sent for a new shared subscription (MQTT-3.8.4-x, v5 4.8.2)"
+
+
+def test_v5_shared_subscription_member_leaving(broker, clients):
+    topic = unique("interop/sharedleave")
+    a = clients(broker, V5).connect()
+    b = clients(broker, V5).connect()
+    a.subscribe(f"$share/g/{topic}", 1)
+    b.subscribe(f"$share/g/{topic}", 1)
+    b.disconnect()
+    pub = clients(broker, V5).connect()
+    for i in range(20):
+        pub.publish(topic, str(i).encode(), qos=1)
+    msgs = a.expect(20)
+    assert [int(m.payload) for m in msgs] == list(range(20)), "messages sent to a departed group member"
+
+
+def test_v5_retained_message_keeps_properties(broker, clients):
+    topic = unique("interop/retprops")
+    pub = clients(broker, V5).connect()
+    props = Properties(PacketTypes.PUBLISH)
+    props.ContentType = "text/plain"
+    props.UserProperty = [("x", "1"), ("y", "2")]
+    props.MessageExpiryInterval = 600
+    pub.publish(topic, b"r", qos=1, retain=True, properties=props)
+    sub = clients(broker, V5).connect()
+    sp = Properties(PacketTypes.SUBSCRIBE)
+    sp.SubscriptionIdentifier = 5
+    sub.subscribe(topic, 1, properties=sp)
+    [m] = sub.expect(1)
+    assert m.retain
+    assert m.properties.ContentType == "text/plain"
+    assert list(m.properties.UserProperty) == [("x", "1"), ("y", "2")]
+    assert 0 < m.properties.MessageExpiryInterval <= 600
+    sid = m.properties.SubscriptionIdentifier
+    assert (sid if isinstance(sid, list) else [sid]) == [5]
+
+
+def test_v5_will_properties_forwarded(broker, clients):
+    will_topic = unique("interop/willprops")
+    observer = clients(broker, V5).connect()
+    observer.subscribe(will_topic, 1)
+    wp = Properties(PacketTypes.WILLMESSAGE)
+    wp.ContentType = "application/x-status"
+    wp.UserProperty = [("reason", "crash")]
+    wp.ResponseTopic = "status/ack"
+    dying = clients(broker, V5, will=(will_topic, b"down", 1, False), will_properties=wp).connect()
+    dying.kill_socket()
+    [m] = observer.expect(1)
+    assert m.payload == b"down"
+    assert m.properties.ContentType == "application/x-status"
+    assert list(m.properties.UserProperty) == [("reason", "crash")]
+    assert m.properties.ResponseTopic == "status/ack"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_will_sent_when_keep_alive_expires(broker, clients, protocol):
+    """A client that stops talking (socket still open) is dropped after 1.5 x keep alive and its
+    will is published."""
+    will_topic = unique("interop/keepalive")
+    observer = clients(broker, protocol).connect()
+    observer.subscribe(will_topic, 1)
+    silent = clients(broker, protocol, will=(will_topic, b"timed out", 1, False)).connect(keepalive=2)
+    silent.client.loop_stop()  # no more PINGREQs; the socket stays open
+    assert observer.drain(1.0) == []
+    [m] = observer.expect(1, timeout=6)
+    assert m.payload == b"timed out"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_persistent_session_queues_qos2_while_offline(broker, clients, protocol):
+    topic = unique("interop/persist2")
+    cid = unique("persist2")
+    kwargs = {"clean": False, "session_expiry": 300 if protocol == V5 else None}
+    first = clients(broker, protocol, cid, **kwargs).connect(clean_start=True)
+    first.subscribe(topic, 2)
+    first.disconnect()
+    pub = clients(broker, protocol).connect()
+    for i in range(50):
+        pub.publish(topic, str(i).encode(), qos=2, wait=False)
+    pub.publish(topic, b"last", qos=2)
+    again = clients(broker, protocol, cid, **kwargs).connect(clean_start=False)
+    assert again.session_present
+    msgs = again.expect(51)
+    assert [m.payload for m in msgs] == [str(i).encode() for i in range(50)] + [b"last"]
+    assert all(m.qos == 2 for m in msgs)
+    assert again.drain() == []
+
+
+def test_v5_retain_handling_options(broker, clients):
+    topic = unique("interop/rh")
+    pub = clients(broker, V5).connect()
+    pub.publish(topic, b"kept", qos=1, retain=True)
+    c = clients(broker, V5).connect()
+    # Retain Handling 2: never send retained messages on subscribe.
+    c.subscribe(topic, options=SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND))
+    assert c.drain() == [], "Retain Handling 2 must not send retained messages"
+    d = clients(broker, V5).connect()
+    # Retain Handling 1: send only when the subscription is new.
+    opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
+    d.subscribe(topic, options=opts)
+    assert [m.payload for m in d.expect(1)] == [b"kept"]
+    d.subscribe(topic, options=opts)
+    assert d.drain() == [], "Retain Handling 1 resent retained messages for an existing subscription"
+    # Retain Handling 0 (default): sent again on every SUBSCRIBE.
+    d.subscribe(topic, 1)
+    assert [m.payload for m in d.expect(1)] == [b"kept"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_session_takeover(broker, clients, protocol):
+    topic = unique("interop/takeover")
+    cid = unique("takeover")
+    old = clients(broker, protocol, cid).connect()
+    new = clients(broker, protocol, cid).connect()
+    assert old._disconnected.wait(TIMEOUT), "the first connection was not closed on takeover"
+    if protocol == V5:
+        assert old.disconnect_rc is not None and old.disconnect_rc.value == 0x8E, (
+            f"expected DISCONNECT 0x8E (Session taken over), got {old.disconnect_rc}"
+        )
+    new.subscribe(topic, 1)
+    pub = clients(broker, protocol).connect()
+    pub.publish(topic, b"to the new one", qos=1)
+    assert new.expect(1)[0].payload == b"to the new one"
+    assert new.client.is_connected()
