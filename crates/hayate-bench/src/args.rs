@@ -355,7 +355,11 @@ pub struct SwarmArgs {
 pub struct CompareArgs {
     /// A target: `NAME=HOST:PORT[,pid=PID]` (repeat for each broker; ratios are relative to
     /// the first).
-    #[arg(long = "target", required = true, value_name = "NAME=HOST:PORT[,pid=PID]")]
+    #[arg(
+        long = "target",
+        required = true,
+        value_name = "NAME=HOST:PORT[,pid=PID]"
+    )]
     pub targets: Vec<String>,
     /// Runs per target; targets alternate (A B B A ...) so drift hits both.
     #[arg(long, default_value_t = 3)]

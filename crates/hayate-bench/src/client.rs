@@ -3,8 +3,8 @@
 
 use bytes::BytesMut;
 use hayate_codec::{
-    decode, encode, ByteStr, Connect, DecodeError, Packet, PacketId, Properties,
-    ProtocolVersion, QoS, Subscribe, SubscriptionOptions,
+    decode, encode, ByteStr, Connect, DecodeError, Packet, PacketId, Properties, ProtocolVersion,
+    QoS, Subscribe, SubscriptionOptions,
 };
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -111,7 +111,10 @@ impl ConnectError {
             ConnectError::TooManyOpenFiles => {
                 "too many open files (use --processes to spread connections)".into()
             }
-            ConnectError::ConnAck(code) => format!("CONNACK refused with code 0x{code:02X} ({})", connack_text(*code)),
+            ConnectError::ConnAck(code) => format!(
+                "CONNACK refused with code 0x{code:02X} ({})",
+                connack_text(*code)
+            ),
             ConnectError::Protocol(what) => format!("protocol error: {what}"),
             ConnectError::Io(kind) => format!("I/O error: {kind}"),
         }
@@ -243,7 +246,12 @@ impl Conn {
     }
 
     /// Subscribes to one filter and waits for the SUBACK; `Err` with the reason on refusal.
-    pub async fn subscribe(&mut self, filter: &str, qos: u8, timeout: Duration) -> Result<u8, String> {
+    pub async fn subscribe(
+        &mut self,
+        filter: &str,
+        qos: u8,
+        timeout: Duration,
+    ) -> Result<u8, String> {
         let qos = QoS::from_u8(qos).unwrap_or(QoS::AtMostOnce);
         let packet_id = PacketId::new(1).unwrap_or(PacketId::MIN);
         self.push(&Packet::Subscribe(Subscribe {
@@ -287,7 +295,10 @@ pub async fn connect(cfg: &ClientConfig, role: char, index: u64) -> Result<Conn,
                 .bind(SocketAddr::new(ip, 0))
                 .map_err(|e| classify_io(&e))?;
         }
-        let stream = socket.connect(cfg.addr).await.map_err(|e| classify_io(&e))?;
+        let stream = socket
+            .connect(cfg.addr)
+            .await
+            .map_err(|e| classify_io(&e))?;
         let _ = stream.set_nodelay(true);
         let version = cfg.version();
         let mut conn = Conn {
@@ -348,7 +359,10 @@ impl TopicTemplate {
     /// Parses a template.
     pub fn new(template: &str) -> TopicTemplate {
         TopicTemplate {
-            parts: template.split("%i").map(|p| p.as_bytes().to_vec()).collect(),
+            parts: template
+                .split("%i")
+                .map(|p| p.as_bytes().to_vec())
+                .collect(),
         }
     }
 
@@ -475,6 +489,9 @@ mod tests {
         assert_eq!(ConnectError::ConnAck(0x87).reason(), "connack-0x87");
         let e = io::Error::from(io::ErrorKind::ConnectionRefused);
         assert_eq!(classify_io(&e), ConnectError::Refused);
-        assert_eq!(classify_io(&io::Error::from_raw_os_error(24)), ConnectError::TooManyOpenFiles);
+        assert_eq!(
+            classify_io(&io::Error::from_raw_os_error(24)),
+            ConnectError::TooManyOpenFiles
+        );
     }
 }

@@ -4,8 +4,12 @@
 //! the coordinating process and handed to its worker processes, so a timestamp written into a
 //! payload by one process can be compared with the receive time read in another (one machine).
 
+use parking_lot::{Condvar, Mutex};
 use rustix::time::{clock_gettime, ClockId};
+use std::collections::BinaryHeap;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Reads `CLOCK_MONOTONIC` in nanoseconds.
 pub fn monotonic_ns() -> u64 {
@@ -113,5 +117,149 @@ impl Schedule {
         } else {
             ((now - self.start) as f64 / self.period) as u64 + 1
         }
+    }
+}
+
+/// A timer thread with sub-millisecond precision for fixed-rate senders.
+///
+/// tokio's timer wheel has a 1 ms tick, so a task sleeping until a message's intended send
+/// time wakes up to ~2 ms late, and a coordinated-omission-corrected latency would mostly
+/// measure the load generator's own lateness. This thread sleeps on a condition variable
+/// (a futex wait, precise to tens of microseconds) until the earliest registered deadline and
+/// wakes the task's [`Notify`]. Registering allocates nothing once the heap has grown.
+#[derive(Debug)]
+pub struct PrecisionTimer {
+    shared: Arc<TimerShared>,
+    clock: Clock,
+}
+
+#[derive(Debug)]
+struct TimerShared {
+    state: Mutex<TimerState>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct TimerState {
+    heap: BinaryHeap<TimerEntry>,
+    next_seq: u64,
+    shutdown: bool,
+}
+
+#[derive(Debug)]
+struct TimerEntry {
+    deadline: u64,
+    seq: u64,
+    notify: Arc<Notify>,
+}
+
+impl PartialEq for TimerEntry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.deadline, self.seq) == (other.deadline, other.seq)
+    }
+}
+impl Eq for TimerEntry {}
+impl PartialOrd for TimerEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TimerEntry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap is a max-heap and we want the earliest deadline on top.
+        (other.deadline, other.seq).cmp(&(self.deadline, self.seq))
+    }
+}
+
+impl PrecisionTimer {
+    /// Starts the timer thread.
+    pub fn start(clock: Clock) -> std::io::Result<PrecisionTimer> {
+        let shared = Arc::new(TimerShared {
+            state: Mutex::new(TimerState::default()),
+            wake: Condvar::new(),
+        });
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("hayate-bench-timer".into())
+            .spawn(move || timer_thread(&thread_shared, clock))?;
+        Ok(PrecisionTimer { shared, clock })
+    }
+
+    /// Wakes `notify` when the clock reads `deadline_ns`.
+    pub fn register(&self, deadline_ns: u64, notify: &Arc<Notify>) {
+        let mut state = self.shared.state.lock();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let earliest = state.heap.peek().is_none_or(|e| deadline_ns < e.deadline);
+        state.heap.push(TimerEntry {
+            deadline: deadline_ns,
+            seq,
+            notify: notify.clone(),
+        });
+        drop(state);
+        if earliest {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Sleeps until the clock reads `deadline_ns`, using `notify` (one per sleeping task).
+    pub async fn sleep_until(&self, deadline_ns: u64, notify: &Arc<Notify>) {
+        while self.clock.now_ns() < deadline_ns {
+            self.register(deadline_ns, notify);
+            notify.notified().await;
+        }
+    }
+}
+
+impl Drop for PrecisionTimer {
+    fn drop(&mut self) {
+        self.shared.state.lock().shutdown = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+fn timer_thread(shared: &TimerShared, clock: Clock) {
+    let mut state = shared.state.lock();
+    loop {
+        if state.shutdown {
+            return;
+        }
+        let now = clock.now_ns();
+        match state.heap.peek().map(|e| e.deadline) {
+            None => shared.wake.wait(&mut state),
+            Some(deadline) if deadline <= now => {
+                if let Some(entry) = state.heap.pop() {
+                    entry.notify.notify_one();
+                }
+            }
+            Some(deadline) => {
+                let _ = shared
+                    .wake
+                    .wait_for(&mut state, Duration::from_nanos(deadline - now));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn precision_timer_wakes_on_time() {
+        let clock = Clock::start();
+        let timer = PrecisionTimer::start(clock).unwrap();
+        let notify = Arc::new(Notify::new());
+        let mut worst = 0;
+        for i in 1..=20u64 {
+            let deadline = clock.now_ns() + 300_000 * i;
+            timer.sleep_until(deadline, &notify).await;
+            let late = clock.now_ns() - deadline;
+            worst = worst.max(late);
+        }
+        // tokio's own timer would be up to ~2 ms late; allow generous slack for a busy CI box.
+        assert!(worst < 5_000_000, "worst lateness {worst} ns");
+        // Deadlines in the past return at once.
+        timer.sleep_until(0, &notify).await;
     }
 }

@@ -4,7 +4,7 @@
 //! [`PartReport`] at the end.
 
 use crate::client::{connect, ClientConfig, Conn, TopicTemplate};
-use crate::clock::{Clock, Schedule};
+use crate::clock::{Clock, PrecisionTimer, Schedule};
 use crate::payload;
 use crate::stats::{coarse_histogram, hist_to_base64, Credit, CreditHook, Recorder, RecorderWire};
 use hayate_codec::{encode_publish_header, Packet, PacketId, Properties, PubResp, QoS};
@@ -363,7 +363,11 @@ async fn wait_stop(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Runs one part to completion: connect, report, wait for go, work, wait for stop, disconnect.
-pub async fn run_part(spec: PartSpec, mut ctrl: PartControl, hook: Option<CreditHook>) -> PartReport {
+pub async fn run_part(
+    spec: PartSpec,
+    mut ctrl: PartControl,
+    hook: Option<CreditHook>,
+) -> PartReport {
     let clock = Clock::from_epoch(spec.epoch);
     let (conns, connect_report) = connect_many(&spec, clock, &ctrl.live).await;
     let mut report = PartReport {
@@ -377,8 +381,17 @@ pub async fn run_part(spec: PartSpec, mut ctrl: PartControl, hook: Option<Credit
             run_publishers(&spec, &p, conns, clock, &mut ctrl, &mut report).await;
         }
         PartKind::Subscribe(s) => {
-            run_subscribers(&spec, &s, conns, clock, &mut ctrl, hook, connect_report, &mut report)
-                .await;
+            run_subscribers(
+                &spec,
+                &s,
+                conns,
+                clock,
+                &mut ctrl,
+                hook,
+                connect_report,
+                &mut report,
+            )
+            .await;
         }
         PartKind::Idle => {
             report.connect = connect_report.clone();
@@ -389,7 +402,11 @@ pub async fn run_part(spec: PartSpec, mut ctrl: PartControl, hook: Option<Credit
     report
 }
 
-async fn connect_many(spec: &PartSpec, clock: Clock, live: &Arc<PartLive>) -> (Vec<(u64, Conn)>, ConnectReport) {
+async fn connect_many(
+    spec: &PartSpec,
+    clock: Clock,
+    live: &Arc<PartLive>,
+) -> (Vec<(u64, Conn)>, ConnectReport) {
     let cfg = Arc::new(spec.client.clone());
     let sem = Arc::new(Semaphore::new(spec.connect_concurrency.max(1)));
     let mut set = JoinSet::new();
@@ -402,7 +419,10 @@ async fn connect_many(spec: &PartSpec, clock: Clock, live: &Arc<PartLive>) -> (V
     let mut times = coarse_histogram();
     let mut conns = Vec::with_capacity(spec.count as usize);
     let interval = spec.interval_ns.max(1);
-    let mut collect = |res: Result<(u64, Result<Conn, crate::client::ConnectError>, u64, u64), tokio::task::JoinError>,
+    let mut collect = |res: Result<
+        (u64, Result<Conn, crate::client::ConnectError>, u64, u64),
+        tokio::task::JoinError,
+    >,
                        report: &mut ConnectReport,
                        conns: &mut Vec<(u64, Conn)>| {
         report.attempted += 1;
@@ -458,6 +478,9 @@ async fn connect_many(spec: &PartSpec, clock: Clock, live: &Arc<PartLive>) -> (V
     (conns, report)
 }
 
+/// A publisher whose QoS 1/2 acknowledgements stop coming for this long is given up.
+const ACK_TIMEOUT_NS: u64 = 10_000_000_000;
+
 /// A publisher connection and its MQTT state.
 struct PubConn {
     conn: Conn,
@@ -499,6 +522,19 @@ struct WorkerCtx {
     credit: Arc<Credit>,
     live: Arc<PartLive>,
     interval_ns: u64,
+    timer: Option<Arc<PrecisionTimer>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl WorkerCtx {
+    /// Sleeps until `ns`: precisely (timer thread) on a fixed-rate schedule, else on tokio's
+    /// millisecond timer.
+    async fn sleep_until(&self, ns: u64) {
+        match &self.timer {
+            Some(timer) => timer.sleep_until(ns, &self.wake).await,
+            None => self.clock.sleep_until(ns).await,
+        }
+    }
 }
 
 async fn run_publishers(
@@ -509,10 +545,31 @@ async fn run_publishers(
     ctrl: &mut PartControl,
     report: &mut PartReport,
 ) {
-    let Some(go) = wait_go(ctrl).await else {
+    let mut conns = conns;
+    // Keep the connections alive while the rest of the run connects (that can take longer than
+    // the keep alive with many connections at a low connect rate).
+    let ping_every = Duration::from_millis(u64::from(spec.client.keep_alive) * 500);
+    let go = loop {
+        if spec.client.keep_alive == 0 {
+            break wait_go(ctrl).await;
+        }
+        tokio::select! {
+            go = wait_go(ctrl) => break go,
+            _ = tokio::time::sleep(ping_every) => {
+                for (_, c) in conns.iter_mut() {
+                    let _ = c.try_fill();
+                    while let Ok(Some(_)) = c.next_packet() {}
+                    c.push(&Packet::PingReq);
+                    let _ = c.flush().await;
+                }
+            }
+        }
+    };
+    let Some(go) = go else {
         disconnect_all(conns.into_iter().map(|(_, c)| c).collect(), clock, report).await;
         return;
     };
+    clock.sleep_until(go).await;
     let workers = p.workers.clamp(1, conns.len().max(1) as u64);
     let mut groups: Vec<Vec<PubConn>> = (0..workers).map(|_| Vec::new()).collect();
     let template = TopicTemplate::new(match &p.topics {
@@ -538,6 +595,12 @@ async fn run_publishers(
     }
     let total = p.messages.unwrap_or(u64::MAX);
     let deadline = p.duration_ns.map_or(u64::MAX, |d| go + d);
+    // Fixed-rate senders wake on a precise timer thread (see `PrecisionTimer`).
+    let timer = if p.rate.is_some() {
+        PrecisionTimer::start(clock).ok().map(Arc::new)
+    } else {
+        None
+    };
     let mut set = JoinSet::new();
     for (w, group) in groups.into_iter().enumerate() {
         let w = w as u64;
@@ -559,10 +622,15 @@ async fn run_publishers(
             .min()
             .unwrap_or(u64::MAX);
         let cycle_topics = match &p.topics {
-            TopicPlan::Cycle { topics, publishers, .. } => {
+            TopicPlan::Cycle {
+                topics, publishers, ..
+            } => {
                 // Publisher index = the first connection's index within the part's publishers.
-                let publisher = group.first().map_or(0, |c| c.id - spec.first_id) % publishers.max(&1);
-                (publisher..*topics).step_by((*publishers).max(1) as usize).collect()
+                let publisher =
+                    group.first().map_or(0, |c| c.id - spec.first_id) % publishers.max(&1);
+                (publisher..*topics)
+                    .step_by((*publishers).max(1) as usize)
+                    .collect()
             }
             _ => Vec::new(),
         };
@@ -583,6 +651,8 @@ async fn run_publishers(
             credit: ctrl.credit.clone(),
             live: ctrl.live.clone(),
             interval_ns: spec.interval_ns.max(1),
+            timer: timer.clone(),
+            wake: Arc::new(tokio::sync::Notify::new()),
         };
         set.spawn(publish_worker(ctx, group));
     }
@@ -684,13 +754,19 @@ impl PubConn {
                         // Not subscribed; acknowledge anything a broker sends anyway.
                         if let Some(id) = p.packet_id {
                             match p.qos {
-                                QoS::AtLeastOnce => self.conn.push(&Packet::PubAck(PubResp::new(id))),
-                                QoS::ExactlyOnce => self.conn.push(&Packet::PubRec(PubResp::new(id))),
+                                QoS::AtLeastOnce => {
+                                    self.conn.push(&Packet::PubAck(PubResp::new(id)))
+                                }
+                                QoS::ExactlyOnce => {
+                                    self.conn.push(&Packet::PubRec(PubResp::new(id)))
+                                }
                                 QoS::AtMostOnce => {}
                             }
                         }
                     }
-                    Packet::PubRel(r) => self.conn.push(&Packet::PubComp(PubResp::new(r.packet_id))),
+                    Packet::PubRel(r) => {
+                        self.conn.push(&Packet::PubComp(PubResp::new(r.packet_id)))
+                    }
                     _ => {}
                 },
                 Ok(None) => return true,
@@ -711,14 +787,23 @@ impl PubConn {
                 false
             }
             Err(e) => {
-                *out.drops.entry(crate::client::classify_io(&e).reason()).or_default() += 1;
+                *out.drops
+                    .entry(crate::client::classify_io(&e).reason())
+                    .or_default() += 1;
                 false
             }
         }
     }
 
-    /// Waits (up to `timeout`) for input and handles it.
+    /// Sends what is pending (PUBRELs), then waits (up to `timeout`) for input and handles it.
+    /// Returns false when the connection is unusable; a timeout is not an error.
     async fn wait_input(&mut self, out: &mut WorkerOut, timeout: Duration) -> bool {
+        if let Err(e) = self.conn.flush().await {
+            *out.drops
+                .entry(crate::client::classify_io(&e).reason())
+                .or_default() += 1;
+            return false;
+        }
         match tokio::time::timeout(timeout, self.conn.fill(1024)).await {
             Err(_) => true,
             Ok(Ok(true)) => self.handle_input(out),
@@ -727,10 +812,41 @@ impl PubConn {
                 false
             }
             Ok(Err(e)) => {
-                *out.drops.entry(crate::client::classify_io(&e).reason()).or_default() += 1;
+                *out.drops
+                    .entry(crate::client::classify_io(&e).reason())
+                    .or_default() += 1;
                 false
             }
         }
+    }
+
+    /// Waits until the in-flight count drops below `max` (or the connection fails, or no
+    /// acknowledgement came for `ACK_TIMEOUT`, which also counts as a failure).
+    async fn wait_window(
+        &mut self,
+        out: &mut WorkerOut,
+        max: u64,
+        deadline: u64,
+        clock: Clock,
+    ) -> bool {
+        let mut last_progress = clock.now_ns();
+        while self.inflight >= max {
+            let before = self.inflight;
+            if !self.wait_input(out, Duration::from_millis(500)).await {
+                return false;
+            }
+            let now = clock.now_ns();
+            if self.inflight < before {
+                last_progress = now;
+            } else if now - last_progress > ACK_TIMEOUT_NS {
+                *out.drops.entry("ack-timeout".into()).or_default() += 1;
+                return false;
+            }
+            if now >= deadline {
+                break;
+            }
+        }
+        true
     }
 
     fn next_packet_id(&mut self) -> PacketId {
@@ -739,6 +855,74 @@ impl PubConn {
             self.next_pid = 1;
         }
         PacketId::new(self.next_pid).unwrap_or(PacketId::MIN)
+    }
+}
+
+/// A closed-loop sender group blocked this long on an unchanged credit goes on anyway.
+const STALL_NS: u64 = 1_000_000_000;
+
+/// Updates the live drop counter for connections that died; returns the new alive count.
+fn count_alive(conns: &[PubConn], ctx: &WorkerCtx, before: usize) -> usize {
+    let now = conns.iter().filter(|c| !c.dead).count();
+    if now < before {
+        ctx.live
+            .dropped
+            .fetch_add((before - now) as u64, Ordering::Relaxed);
+    }
+    now
+}
+
+/// Waits until `until_ns` (or, with `credit_above = Some(sent)`, until the credit exceeds
+/// `sent`). QoS 2 publishers meanwhile keep completing handshakes: a PUBREC read now gets its
+/// PUBREL now (a broker that delivers on PUBREL would otherwise wait for our next publish).
+async fn idle(
+    conns: &mut [PubConn],
+    out: &mut WorkerOut,
+    ctx: &WorkerCtx,
+    until_ns: u64,
+    credit_above: Option<u64>,
+) {
+    let clock = ctx.clock;
+    let credit_ok = |ctx: &WorkerCtx| {
+        credit_above.is_some_and(|sent| ctx.credit.value.load(Ordering::Acquire) > sent)
+    };
+    loop {
+        let mut pending = false;
+        if ctx.qos == QoS::ExactlyOnce {
+            for c in conns.iter_mut().filter(|c| !c.dead && c.inflight > 0) {
+                if !c.poll_input(out) {
+                    c.dead = true;
+                    continue;
+                }
+                if !c.conn.wbuf.is_empty() && c.conn.flush().await.is_err() {
+                    *out.drops.entry("closed".into()).or_default() += 1;
+                    c.dead = true;
+                    continue;
+                }
+                pending |= c.inflight > 0;
+            }
+        }
+        let now = clock.now_ns();
+        if now >= until_ns || credit_ok(ctx) {
+            return;
+        }
+        let notified = ctx.credit.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if credit_ok(ctx) {
+            return;
+        }
+        let wake = if pending {
+            until_ns.min(now + 1_000_000)
+        } else {
+            until_ns
+        };
+        let single = conns.len() == 1 && pending;
+        tokio::select! {
+            _ = ctx.sleep_until(wake) => {}
+            _ = &mut notified, if credit_above.is_some() => return,
+            _ = conns[0].conn.stream.readable(), if single => {}
+        }
     }
 }
 
@@ -762,7 +946,7 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
     let mut k = 0u64;
     let clock = ctx.clock;
     let _ = ctx.worker;
-    let stall_after = Duration::from_secs(1);
+    let mut blocked: Option<(u64, u64)> = None;
     while k < ctx.quota && alive > 0 {
         let now = clock.now_ns();
         if now >= ctx.deadline {
@@ -774,7 +958,8 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
                 let due = s.due(now).min(ctx.quota);
                 if due <= k {
                     let wake = s.intended(k).min(ctx.deadline);
-                    clock.sleep_until(wake).await;
+                    idle(&mut conns, &mut out, &ctx, wake, None).await;
+                    alive = count_alive(&conns, &ctx, alive);
                     continue;
                 }
                 due - k
@@ -783,24 +968,24 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
                 let credit = ctx.credit.value.load(Ordering::Acquire);
                 let sent = ctx.live.sent.load(Ordering::Relaxed);
                 if sent >= credit {
-                    let notified = ctx.credit.notify.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    if ctx.credit.value.load(Ordering::Acquire) > sent {
-                        continue;
-                    }
-                    let wait = Duration::from_nanos(ctx.deadline.saturating_sub(now)).min(stall_after);
-                    if tokio::time::timeout(wait, notified).await.is_err()
-                        && ctx.credit.value.load(Ordering::Acquire) == credit
-                        && clock.now_ns() < ctx.deadline
-                    {
+                    let (since, at) = *blocked.get_or_insert((now, credit));
+                    if at != credit {
+                        blocked = Some((now, credit));
+                    } else if now - since > STALL_NS {
                         // The receiver made no progress for a second (messages dropped by the
                         // broker never reopen the window): let this worker go on.
                         out.stalls += 1;
                         ctx.credit.raise(sent + ctx.batch);
+                        blocked = None;
+                        continue;
                     }
+                    let until = (now + STALL_NS).min(ctx.deadline);
+                    idle(&mut conns, &mut out, &ctx, until, Some(sent)).await;
+                    alive = count_alive(&conns, &ctx, alive);
                     continue;
                 }
+                blocked = None;
+                // Claimed atomically below, once the connection is chosen.
                 credit - sent
             }
         };
@@ -809,8 +994,9 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
         while conns[cursor].dead {
             cursor = (cursor + 1) % conns.len();
         }
+        let n_conns = conns.len();
         let c = &mut conns[cursor];
-        cursor = (cursor + 1) % conns.len();
+        cursor = (cursor + 1) % n_conns;
         if !c.poll_input(&mut out) {
             c.dead = true;
             alive -= 1;
@@ -818,13 +1004,11 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
             continue;
         }
         if ctx.qos != QoS::AtMostOnce {
-            while c.inflight >= ctx.max_inflight && !c.dead {
-                if !c.wait_input(&mut out, Duration::from_secs(5)).await {
-                    c.dead = true;
-                }
-                if clock.now_ns() >= ctx.deadline {
-                    break;
-                }
+            if !c
+                .wait_window(&mut out, ctx.max_inflight, ctx.deadline, clock)
+                .await
+            {
+                c.dead = true;
             }
             if c.dead {
                 alive -= 1;
@@ -835,6 +1019,26 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
                 continue;
             }
             allowance = allowance.min(ctx.max_inflight - c.inflight);
+        }
+        if ctx.schedule.is_none() {
+            // Claim the credit atomically: concurrent workers must not overrun the window.
+            let mut claim = 0;
+            let claimed = ctx
+                .live
+                .sent
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |sent| {
+                    let credit = ctx.credit.value.load(Ordering::Acquire);
+                    if credit > sent {
+                        claim = allowance.min(credit - sent);
+                        Some(sent + claim)
+                    } else {
+                        None
+                    }
+                });
+            if claimed.is_err() || claim == 0 {
+                continue;
+            }
+            allowance = claim;
         }
         let sent_ns = clock.now_ns();
         let mut counted = 0;
@@ -894,7 +1098,9 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
             k += 1;
         }
         if let Err(e) = c.conn.flush().await {
-            *out.drops.entry(crate::client::classify_io(&e).reason()).or_default() += 1;
+            *out.drops
+                .entry(crate::client::classify_io(&e).reason())
+                .or_default() += 1;
             c.dead = true;
             alive -= 1;
             ctx.live.dropped.fetch_add(1, Ordering::Relaxed);
@@ -902,7 +1108,9 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
         }
         out.sent += allowance;
         out.counted += counted;
-        ctx.live.sent.fetch_add(allowance, Ordering::Relaxed);
+        if ctx.schedule.is_some() {
+            ctx.live.sent.fetch_add(allowance, Ordering::Relaxed);
+        }
         ctx.live.counted.fetch_add(counted, Ordering::Relaxed);
         let idx = (sent_ns / ctx.interval_ns) as usize;
         if out.series.len() <= idx {
@@ -914,18 +1122,10 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
     }
     // Complete outstanding QoS 1/2 handshakes (bounded).
     if ctx.qos != QoS::AtMostOnce {
-        let until = clock.now_ns() + 10_000_000_000;
         for c in conns.iter_mut().filter(|c| !c.dead) {
-            while c.inflight > 0 && clock.now_ns() < until {
-                if !c.wait_input(&mut out, Duration::from_millis(500)).await {
-                    c.dead = true;
-                    ctx.live.dropped.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-                if c.conn.flush().await.is_err() {
-                    c.dead = true;
-                    break;
-                }
+            if !c.wait_window(&mut out, 1, u64::MAX, clock).await {
+                c.dead = true;
+                ctx.live.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -937,7 +1137,8 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
 struct RecvCtx {
     recorder: Option<Arc<Mutex<Recorder>>>,
     keys: KeyMode,
-    qos_ack: bool,
+    go: watch::Receiver<Option<u64>>,
+    warmup_ns: u64,
     keep_alive: u16,
     clock: Clock,
     live: Arc<PartLive>,
@@ -989,7 +1190,16 @@ async fn run_subscribers(
         recorder = recorder.with_hook(hook);
     }
     let recorder = Arc::new(Mutex::new(recorder));
-    run_receivers(spec, Some(s), subscribed, clock, ctrl, Some(recorder.clone()), report).await;
+    run_receivers(
+        spec,
+        Some(s),
+        subscribed,
+        clock,
+        ctrl,
+        Some(recorder.clone()),
+        report,
+    )
+    .await;
     report.recorder = Some(recorder.lock().to_wire());
 }
 
@@ -1006,7 +1216,8 @@ async fn run_receivers(
     let ctx = Arc::new(RecvCtx {
         recorder: recorder.clone(),
         keys: s.map_or(KeyMode::Stream, |s| s.keys),
-        qos_ack: s.is_some_and(|s| s.qos > 0),
+        go: ctrl.go.clone(),
+        warmup_ns: s.map_or(0, |s| s.warmup_ns),
         keep_alive: spec.client.keep_alive,
         clock,
         live: ctrl.live.clone(),
@@ -1016,26 +1227,7 @@ async fn run_receivers(
     for (id, conn) in conns {
         let ctx = ctx.clone();
         let stop = ctrl.stop.clone();
-        set.spawn(receive_loop(conn, id - spec.first_id, ctx, stop));
-    }
-    // The warm-up starts at go.
-    if let (Some(rec), Some(s)) = (&recorder, s) {
-        let mut ctrl_go = ctrl.go.clone();
-        let mut stop = ctrl.stop.clone();
-        let rec = rec.clone();
-        let warmup = s.warmup_ns;
-        tokio::spawn(async move {
-            loop {
-                if let Some(go) = *ctrl_go.borrow_and_update() {
-                    rec.lock().set_warmup_end(go + warmup);
-                    return;
-                }
-                tokio::select! {
-                    r = ctrl_go.changed() => if r.is_err() { return },
-                    _ = wait_stop(&mut stop) => return,
-                }
-            }
-        });
+        set.spawn(receive_loop(conn, id, ctx, stop));
     }
     wait_stop(&mut ctrl.stop).await;
     report.disconnect_start_ns = clock.now_ns();
@@ -1114,7 +1306,9 @@ async fn receive_loop(
                         }
                     }
                 }
-                Ok(Some(Packet::PubRel(r))) => conn.push(&Packet::PubComp(PubResp::new(r.packet_id))),
+                Ok(Some(Packet::PubRel(r))) => {
+                    conn.push(&Packet::PubComp(PubResp::new(r.packet_id)))
+                }
                 Ok(Some(Packet::Disconnect(d))) => {
                     closed = Some(format!("disconnect-0x{:02X}", d.reason_code.0));
                     break;
@@ -1131,6 +1325,11 @@ async fn receive_loop(
             if let Some(rec) = &ctx.recorder {
                 let mut counted = 0;
                 let mut rec = rec.lock();
+                if !rec.warmup_set() {
+                    if let Some(go) = *ctx.go.borrow() {
+                        rec.set_warmup_end(go + ctx.warmup_ns);
+                    }
+                }
                 for &(key, seq, intended, sent) in &batch {
                     if rec.record(key, seq, intended, sent, now) {
                         counted += 1;
@@ -1142,7 +1341,6 @@ async fn receive_loop(
             }
             batch.clear();
         }
-        let _ = ctx.qos_ack;
         if !conn.wbuf.is_empty() {
             if let Err(e) = conn.flush().await {
                 break crate::client::classify_io(&e).reason();

@@ -32,6 +32,14 @@ pub enum BenchError {
         /// Why it failed (connection refused, timeout, CONNACK code...).
         reason: String,
     },
+    /// The broker accepted TCP but refused the MQTT connection.
+    #[error("the broker at {addr} refused the connection: {reason} (check --username/--password and --mqtt)")]
+    ProbeRefused {
+        /// Where we tried.
+        addr: SocketAddr,
+        /// The CONNACK code and its meaning.
+        reason: String,
+    },
     /// The broker refused a subscription the scenario needs.
     #[error("the broker refused the subscription to {filter:?}: {reason}")]
     SubscribeRefused {

@@ -1,1 +1,87 @@
-fn main() {}
+//! `hayate bench`: an MQTT load generator for any broker (Hayate, Mosquitto, anything on a
+//! host:port), and the instrument every performance figure of the project is measured with.
+//!
+//! Scenarios (see `shared/design/scenarios.md`): `fan-in` (S1), `latency` (S2), `fan-out`
+//! (S4), `conn`, `swarm` (S3, plain TCP in this version) and `compare`.
+//!
+//! How it measures:
+//! - every payload carries a stream id, a sequence number and the intended and actual send
+//!   times (see [`payload`]); receivers check loss, duplicates and per-publisher order
+//!   ([`stats::StreamTracker`]) and record latency in HdrHistograms against one monotonic
+//!   clock shared by all processes of the run ([`clock`]);
+//! - fixed-rate runs measure latency from the intended send time (coordinated-omission
+//!   corrected); closed-loop runs keep the senders at most a window ahead of the receiver;
+//! - clients are async on a few runtime threads; PUBLISH packets are encoded into reused
+//!   per-connection buffers (`encode_publish_header` + payload) and written in batches;
+//! - past ~15k connections the run spreads over worker processes ([`multiproc`]) and merges
+//!   their results; `--broker-pid` samples the broker's CPU and RSS from `/proc`.
+//!
+//! Results are the serde structs of [`results`] (JSON Schema in `docs/bench-schema.json`).
+
+pub mod args;
+pub mod client;
+pub mod clock;
+pub mod compare;
+pub mod engine;
+pub mod error;
+pub mod multiproc;
+pub mod payload;
+pub mod procstat;
+pub mod report;
+pub mod results;
+pub mod scenario;
+pub mod stats;
+
+pub use args::{BenchArgs, BenchCommand};
+pub use error::{BenchError, Result};
+pub use results::{BenchResult, CompareResult};
+pub use scenario::Env;
+
+/// What a command produced.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// One scenario run.
+    Run(Box<BenchResult>),
+    /// A comparison.
+    Compare(Box<CompareResult>),
+}
+
+/// Runs a command on the current tokio runtime (the library entry point; tests use this).
+pub async fn run_command(cmd: &BenchCommand, env: &Env) -> Result<Outcome> {
+    match cmd {
+        BenchCommand::Compare(args) => Ok(Outcome::Compare(Box::new(
+            compare::run_compare(args, env).await?,
+        ))),
+        BenchCommand::Worker => Err(BenchError::invalid(
+            "the worker subcommand is started by hayate bench itself",
+        )),
+        other => Ok(Outcome::Run(Box::new(
+            scenario::run_scenario(other, env).await?,
+        ))),
+    }
+}
+
+/// Runs `hayate bench ...`: builds a runtime with the requested threads and blocks until the
+/// command is done. Returns the process exit code (a worker process's, or 0).
+pub fn run(args: BenchArgs, env: Env) -> Result<i32> {
+    if let BenchCommand::Worker = args.command {
+        return Ok(multiproc::worker_main());
+    }
+    let threads = match &args.command {
+        BenchCommand::Compare(c) => c
+            .scenario
+            .clone()
+            .into_command()
+            .common()
+            .map_or(1, scenario::threads_for),
+        other => other.common().map_or(1, scenario::threads_for),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("hayate-bench")
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::io("starting the runtime", e))?;
+    runtime.block_on(run_command(&args.command, &env))?;
+    Ok(0)
+}

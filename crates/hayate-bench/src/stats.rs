@@ -65,7 +65,13 @@ pub fn merge_hist(dst: &mut Histogram<u64>, src: &Histogram<u64>) {
 pub fn summarize(hist: &Histogram<u64>, unit_ns: u64, corrected: bool) -> LatencySummary {
     let us = |v: u64| (v as f64 * unit_ns as f64) / 1000.0;
     let empty = hist.is_empty();
-    let q = |quantile: f64| if empty { 0.0 } else { us(hist.value_at_quantile(quantile)) };
+    let q = |quantile: f64| {
+        if empty {
+            0.0
+        } else {
+            us(hist.value_at_quantile(quantile))
+        }
+    };
     let distribution = if empty {
         Vec::new()
     } else {
@@ -82,7 +88,11 @@ pub fn summarize(hist: &Histogram<u64>, unit_ns: u64, corrected: bool) -> Latenc
     LatencySummary {
         count: hist.len(),
         min_us: if empty { 0.0 } else { us(hist.min()) },
-        mean_us: if empty { 0.0 } else { hist.mean() * unit_ns as f64 / 1000.0 },
+        mean_us: if empty {
+            0.0
+        } else {
+            hist.mean() * unit_ns as f64 / 1000.0
+        },
         p50_us: q(0.50),
         p90_us: q(0.90),
         p99_us: q(0.99),
@@ -299,6 +309,11 @@ impl Recorder {
     /// Sets the end of the warm-up (known once the coordinator says go).
     pub fn set_warmup_end(&mut self, ns: u64) {
         self.warmup_end_ns = ns;
+    }
+
+    /// True once [`Recorder::set_warmup_end`] was called (or a finite warm-up was given).
+    pub fn warmup_set(&self) -> bool {
+        self.warmup_end_ns != u64::MAX
     }
 
     /// Attaches the shaping credit of the senders.
@@ -617,7 +632,7 @@ mod tests {
         assert_eq!(r.duplicates, 1);
         assert_eq!(r.reordered, 1);
         assert_eq!(r.corrected.len(), 6); // the warm-up message is not in the latency figures
-        // Merging through the wire doubles everything.
+                                          // Merging through the wire doubles everything.
         let wire = r.to_wire();
         r.merge_wire(&wire);
         assert_eq!(r.received, 14);

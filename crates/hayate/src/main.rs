@@ -19,6 +19,9 @@ struct Cli {
 enum Command {
     /// Run the broker. With no options it listens on 127.0.0.1:1883 with anonymous access.
     Serve(ServeArgs),
+    /// Load-test an MQTT broker (this one or any other): fan-in, latency, fan-out, conn,
+    /// swarm, compare. See crates/hayate-bench/README.md.
+    Bench(Box<hayate_bench::BenchArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -42,7 +45,34 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Bench(args) => bench(*args),
     }
+}
+
+fn bench(args: hayate_bench::BenchArgs) -> anyhow::Result<()> {
+    // Logs go to stderr so that stdout holds only the results.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HAYATE_BENCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let env = hayate_bench::Env {
+        // Worker processes re-execute this binary as `hayate bench __worker`.
+        worker_command: vec![
+            std::env::current_exe()
+                .context("locating the hayate binary")?
+                .into_os_string(),
+            "bench".into(),
+        ],
+        ..hayate_bench::Env::default()
+    };
+    let code = hayate_bench::run(args, env)?;
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
