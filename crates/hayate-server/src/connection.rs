@@ -90,8 +90,14 @@ pub(crate) async fn run_connection(
 
 impl Connection {
     async fn serve(&mut self, mut shutdown: watch::Receiver<bool>) -> Option<Close> {
-        let connect_deadline = Instant::now() + self.settings.connect_timeout;
         let doorbell = self.channel.doorbell().clone();
+        // One timer per connection: the connect timeout, then the keep-alive deadline. It is
+        // not moved on every read; when it fires early (traffic arrived since it was set) it is
+        // re-armed from the last read, so a busy connection touches the timer wheel about once
+        // per keep-alive period.
+        let timer = tokio::time::sleep_until(Instant::now() + self.settings.connect_timeout);
+        tokio::pin!(timer);
+        let mut timer_armed_for_keep_alive = false;
         loop {
             if let Err(error) = self.flush() {
                 tracing::debug!(peer = %self.peer, %error, "write_failed");
@@ -106,23 +112,15 @@ impl Connection {
                 }
                 continue;
             }
-            let mut interest = if backlogged {
-                None
-            } else {
-                Some(Interest::READABLE)
-            };
+            if self.channel.is_connected() && !timer_armed_for_keep_alive {
+                timer_armed_for_keep_alive = true;
+                timer.as_mut().reset(self.keep_alive_deadline());
+            }
+            let mut interest = if backlogged { None } else { Some(Interest::READABLE) };
             if !self.out.is_empty() {
                 interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));
             }
             let Some(interest) = interest else { continue };
-            let deadline = match (
-                self.channel.is_connected(),
-                self.channel.keep_alive_timeout(),
-            ) {
-                (false, _) => connect_deadline,
-                (true, Some(timeout)) => self.last_read + timeout,
-                (true, None) => Instant::now() + Duration::from_secs(3600),
-            };
             tokio::select! {
                 ready = self.stream.ready(interest) => {
                     let ready = match ready {
@@ -141,21 +139,32 @@ impl Connection {
                         return Some(close);
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = &mut timer => {
                     if !self.channel.is_connected() {
                         tracing::info!(peer = %self.peer, "connect_timeout");
                         return None;
                     }
-                    if Instant::now() >= self.last_read + self.channel.keep_alive_timeout().unwrap_or_default() {
+                    let deadline = self.keep_alive_deadline();
+                    if Instant::now() >= deadline {
                         // [MQTT-3.1.2-24] nothing received for 1.5 × keep alive.
                         tracing::info!(peer = %self.peer, client_id = ?self.channel.client_id(), "keep_alive_timeout");
                         return Some(self.channel.close_with(ReasonCode::KEEP_ALIVE_TIMEOUT, "keep_alive_timeout", &mut self.out));
                     }
+                    timer.as_mut().reset(deadline);
                 }
                 _ = shutdown.changed() => {
                     return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, "server_shutdown", &mut self.out));
                 }
             }
+        }
+    }
+
+    /// When the connection times out if nothing more arrives: 1.5 × keep alive after the last
+    /// read, or far away when keep alive is off.
+    fn keep_alive_deadline(&self) -> Instant {
+        match self.channel.keep_alive_timeout() {
+            Some(timeout) => self.last_read + timeout,
+            None => Instant::now() + Duration::from_secs(24 * 3600),
         }
     }
 
