@@ -1,0 +1,131 @@
+// Command paho-fanin is a reference load generator built on the Eclipse Paho Go client, the
+// kind of hand-written tool the public broker write-ups used. It runs the S1 fan-in test
+// (C publisher connections driven by P workers, one wildcard subscriber) so that
+// `hayate bench fan-in` can be compared with it on the same machine and broker.
+// See docs/BENCHMARKS.md.
+package main
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+func cpuSeconds() float64 {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		return 0
+	}
+	return float64(usage.Utime.Sec+usage.Stime.Sec) + float64(usage.Utime.Usec+usage.Stime.Usec)/1e6
+}
+
+func main() {
+	broker := flag.String("broker", "tcp://127.0.0.1:1883", "broker URL")
+	conns := flag.Int("c", 1000, "publisher connections")
+	workers := flag.Int("w", 100, "parallel publishing goroutines")
+	total := flag.Int("n", 100000, "messages in total")
+	qos := flag.Int("q", 0, "publisher QoS")
+	subQos := flag.Int("sub-qos", 0, "subscriber QoS")
+	size := flag.Int("s", 24, "payload bytes (at least 8: a sequence number)")
+	window := flag.Int("window", 100000, "senders may run at most this many messages ahead of the receiver")
+	prefix := flag.String("prefix", "pf", "topic prefix")
+	flag.Parse()
+	if *size < 8 {
+		*size = 8
+	}
+
+	var received atomic.Int64
+	done := make(chan struct{})
+	subOpts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(*prefix + "-sub").SetCleanSession(true)
+	subOpts.SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
+	sub := mqtt.NewClient(subOpts)
+	if t := sub.Connect(); t.Wait() && t.Error() != nil {
+		fmt.Fprintln(os.Stderr, "subscriber connect:", t.Error())
+		os.Exit(1)
+	}
+	sub.Subscribe(*prefix+"/#", byte(*subQos), func(_ mqtt.Client, _ mqtt.Message) {
+		if received.Add(1) == int64(*total) {
+			close(done)
+		}
+	}).Wait()
+
+	connectStart := time.Now()
+	clients := make([]mqtt.Client, *conns)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	sem := make(chan struct{}, *workers)
+	for i := range clients {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			opts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(fmt.Sprintf("%s-%d", *prefix, i)).SetCleanSession(true)
+			c := mqtt.NewClient(opts)
+			if t := c.Connect(); t.Wait() && t.Error() != nil {
+				failed.Add(1)
+				return
+			}
+			clients[i] = c
+		}(i)
+	}
+	wg.Wait()
+	connectSecs := time.Since(connectStart).Seconds()
+
+	cpuStart := cpuSeconds()
+	start := time.Now()
+	var sent atomic.Int64
+	perWorker := *total / *workers
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			payload := make([]byte, *size)
+			count := perWorker
+			if w == *workers-1 {
+				count = *total - perWorker*(*workers-1)
+			}
+			for k := 0; k < count; k++ {
+				for sent.Load()-received.Load() >= int64(*window) {
+					time.Sleep(100 * time.Microsecond)
+				}
+				idx := (w + k*(*workers)) % *conns
+				c := clients[idx]
+				if c == nil {
+					continue
+				}
+				binary.BigEndian.PutUint64(payload, uint64(sent.Add(1)))
+				t := c.Publish(fmt.Sprintf("%s/%06d", *prefix, idx), byte(*qos), false, payload)
+				if *qos > 0 {
+					t.Wait()
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	sendSecs := time.Since(start).Seconds()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+	}
+	recvSecs := time.Since(start).Seconds()
+	cpu := cpuSeconds() - cpuStart
+	got := received.Load()
+	fmt.Printf("connections %d (%d failed) in %.2f s: %.0f conn/s\n", *conns, failed.Load(), connectSecs, float64(*conns)/connectSecs)
+	fmt.Printf("sent %d in %.2f s: %.0f msg/s\n", sent.Load(), sendSecs, float64(sent.Load())/sendSecs)
+	fmt.Printf("received %d in %.2f s: %.0f msg/s, success %.2f%%\n", got, recvSecs, float64(got)/recvSecs, 100*float64(got)/float64(*total))
+	fmt.Printf("client cpu %.2f s (%.0f%% of one core)\n", cpu, 100*cpu/recvSecs)
+	for _, c := range clients {
+		if c != nil {
+			c.Disconnect(0)
+		}
+	}
+	sub.Disconnect(0)
+}
