@@ -156,25 +156,30 @@ pub struct CommonArgs {
     /// Do not print the summary table.
     #[arg(long)]
     pub quiet: bool,
-    /// TLS (not supported yet: rejected with an error).
+    /// TLS (rustls: TLS 1.2/1.3) with certificate verification against --cafile (default: the
+    /// system CA bundle). --cafile, --cert/--key and --insecure turn TLS on by themselves.
     #[arg(long)]
     pub tls: bool,
-    /// TLS CA file (not supported yet).
+    /// CA certificates (PEM) the broker's certificate must chain to.
     #[arg(long, value_name = "FILE")]
     pub cafile: Option<PathBuf>,
-    /// TLS client certificate (not supported yet).
+    /// Client certificate chain (PEM), with --key.
     #[arg(long, value_name = "FILE")]
     pub cert: Option<PathBuf>,
-    /// TLS client key (not supported yet).
+    /// Client private key (PEM: PKCS#8, PKCS#1 or SEC1), with --cert.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
-    /// Skip TLS certificate verification (not supported yet).
+    /// Accept any broker certificate (no verification; for self-signed test brokers).
     #[arg(long)]
     pub insecure: bool,
-    /// TLS-PSK identity (not supported yet).
+    /// Name to verify the broker's certificate against and send as SNI (default: --host).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// TLS-PSK identity (with --psk): TLS 1.2 PSK cipher suites via OpenSSL, as Mosquitto's
+    /// `psk_hint`/`psk_file` listeners speak them.
     #[arg(long, value_name = "ID")]
     pub psk_identity: Option<String>,
-    /// TLS-PSK key in hex (not supported yet).
+    /// TLS-PSK key in hex (with --psk-identity).
     #[arg(long, value_name = "HEX")]
     pub psk: Option<String>,
 }

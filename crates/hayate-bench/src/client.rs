@@ -1,6 +1,7 @@
 //! The client side of MQTT: connecting (with source-address binding and error classification),
 //! buffered reads and writes, and topic templates. Scenario logic lives in `engine`.
 
+use crate::tls::{Connector, Stream, TlsSettings};
 use bytes::BytesMut;
 use hayate_codec::{
     decode, encode, ByteStr, Connect, DecodeError, Packet, PacketId, Properties, ProtocolVersion,
@@ -9,9 +10,10 @@ use hayate_codec::{
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 
 /// Largest packet the bench accepts from a broker.
 pub const MAX_PACKET: u32 = 256 * 1024 * 1024;
@@ -37,6 +39,12 @@ pub struct ClientConfig {
     pub source_ips: Vec<IpAddr>,
     /// Client id prefix.
     pub client_id_prefix: String,
+    /// TLS or TLS-PSK; `None` for plain TCP.
+    pub tls: Option<TlsSettings>,
+    /// The connector built from `tls`, once per process (not serialized: a worker process
+    /// builds its own).
+    #[serde(skip)]
+    pub connector: Arc<OnceLock<Result<Arc<Connector>, String>>>,
 }
 
 impl ClientConfig {
@@ -56,6 +64,23 @@ impl ClientConfig {
 
     fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms.max(1))
+    }
+
+    /// The TLS connector (built on first use); `Ok(None)` for plain TCP, `Err` when the
+    /// certificate, key or CA files cannot be used.
+    pub fn tls_connector(&self) -> Result<Option<Arc<Connector>>, String> {
+        let Some(settings) = &self.tls else {
+            return Ok(None);
+        };
+        self.connector
+            .get_or_init(|| settings.build().map(Arc::new))
+            .clone()
+            .map(Some)
+    }
+
+    /// `"tcp"`, `"tls"` or `"tls-psk"`.
+    pub fn transport(&self) -> &'static str {
+        self.tls.as_ref().map_or("tcp", TlsSettings::transport)
     }
 }
 
@@ -80,6 +105,14 @@ pub enum ConnectError {
     Protocol(String),
     /// Another I/O error.
     Io(String),
+    /// The TLS handshake failed: `kind` is the short reason (`alert-decrypt-error`,
+    /// `unknown-issuer`, `closed`...), `detail` what the TLS library said.
+    Tls {
+        /// Short reason, used in the `tls-KIND` key.
+        kind: String,
+        /// The TLS library's message.
+        detail: String,
+    },
 }
 
 impl ConnectError {
@@ -95,6 +128,7 @@ impl ConnectError {
             ConnectError::ConnAck(code) => format!("connack-0x{code:02X}"),
             ConnectError::Protocol(_) => "protocol".into(),
             ConnectError::Io(kind) => format!("io-{kind}"),
+            ConnectError::Tls { kind, .. } => format!("tls-{kind}"),
         }
     }
 
@@ -117,6 +151,9 @@ impl ConnectError {
             ),
             ConnectError::Protocol(what) => format!("protocol error: {what}"),
             ConnectError::Io(kind) => format!("I/O error: {kind}"),
+            ConnectError::Tls { kind, detail } => {
+                format!("TLS handshake failed (tls-{kind}): {detail}")
+            }
         }
     }
 }
@@ -167,8 +204,8 @@ pub fn classify_io(e: &io::Error) -> ConnectError {
 /// One MQTT connection: the socket and its reusable buffers.
 #[derive(Debug)]
 pub struct Conn {
-    /// The socket (TCP_NODELAY on).
-    pub stream: TcpStream,
+    /// The socket (TCP_NODELAY on), or TLS over it.
+    pub stream: Stream,
     /// Bytes read and not yet decoded.
     pub rbuf: BytesMut,
     /// Bytes encoded and not yet written.
@@ -185,6 +222,10 @@ impl Conn {
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();
+            if !matches!(self.stream, Stream::Tcp(_)) {
+                // TLS may keep records it could not write yet.
+                self.stream.flush().await?;
+            }
         }
         Ok(())
     }
@@ -300,6 +341,16 @@ pub async fn connect(cfg: &ClientConfig, role: char, index: u64) -> Result<Conn,
             .await
             .map_err(|e| classify_io(&e))?;
         let _ = stream.set_nodelay(true);
+        let stream = match cfg.tls_connector() {
+            Ok(None) => Stream::Tcp(stream),
+            Ok(Some(tls)) => tls.connect(stream).await?,
+            Err(detail) => {
+                return Err(ConnectError::Tls {
+                    kind: "setup".into(),
+                    detail,
+                })
+            }
+        };
         let version = cfg.version();
         let mut conn = Conn {
             stream,

@@ -11,9 +11,6 @@ pub enum BenchError {
     /// An option is out of range, or two options contradict each other.
     #[error("invalid options: {0}")]
     InvalidOption(String),
-    /// The option asks for something this version does not do yet.
-    #[error("not supported yet: {0}")]
-    Unsupported(String),
     /// The broker address does not resolve.
     #[error("cannot resolve broker address {host}:{port}: {reason}")]
     Resolve {
@@ -39,6 +36,19 @@ pub enum BenchError {
         addr: SocketAddr,
         /// The CONNACK code and its meaning.
         reason: String,
+    },
+    /// The TLS or TLS-PSK handshake of the first connection failed (wrong PSK or identity,
+    /// untrusted certificate, not a TLS listener...).
+    #[error("TLS handshake with the broker at {addr} failed over {transport}: {reason} ({detail}); check --psk-identity/--psk, --cafile/--insecure/--tls-server-name, --cert/--key, and that the port is a TLS listener")]
+    TlsHandshake {
+        /// Where we tried.
+        addr: SocketAddr,
+        /// `tls` or `tls-psk`.
+        transport: &'static str,
+        /// The failure key, as counted in `failures_by_reason` (`tls-alert-decrypt-error`...).
+        reason: String,
+        /// What the TLS library said.
+        detail: String,
     },
     /// The broker refused a subscription the scenario needs.
     #[error("the broker refused the subscription to {filter:?}: {reason}")]

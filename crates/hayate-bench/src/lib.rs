@@ -31,6 +31,7 @@ pub mod report;
 pub mod results;
 pub mod scenario;
 pub mod stats;
+pub mod tls;
 
 pub use args::{BenchArgs, BenchCommand};
 pub use error::{BenchError, Result};

@@ -102,6 +102,11 @@ pub struct TargetInfo {
     pub pid: Option<u32>,
     /// The broker's command line from `/proc/PID/cmdline`, when the pid is known.
     pub process_command_line: Option<String>,
+    /// TLS protocol and cipher suite the first connection negotiated
+    /// (`"TLSv1.3 TLS13_AES_256_GCM_SHA384"`, `"TLSv1.2 PSK-AES256-GCM-SHA384"`); `null` over
+    /// plain TCP.
+    #[serde(default)]
+    pub tls_session: Option<String>,
 }
 
 /// Effective settings of a run. Fields that do not apply to the scenario are `null`.
@@ -109,6 +114,9 @@ pub struct TargetInfo {
 pub struct RunConfig {
     /// MQTT protocol version: `"3.1.1"` or `"5"`.
     pub mqtt_version: String,
+    /// What the clients speak underneath MQTT: `"tcp"`, `"tls"` (certificates) or `"tls-psk"`.
+    #[serde(default = "tcp")]
+    pub transport: String,
     /// Main connections asked for (publishers, subscribers or idle clients).
     pub connections: u64,
     /// Publisher connections.
@@ -169,6 +177,10 @@ pub struct RunConfig {
     pub message_interval_s: Option<f64>,
 }
 
+fn tcp() -> String {
+    "tcp".into()
+}
+
 /// Connection establishment and teardown.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ConnectionStats {
@@ -179,7 +191,8 @@ pub struct ConnectionStats {
     /// Attempts that failed.
     pub failed: u64,
     /// Failures by reason: `refused`, `timeout`, `reset`, `closed`, `addr-unavailable`,
-    /// `too-many-open-files`, `connack-0xNN` (with the code), `io-...`.
+    /// `too-many-open-files`, `connack-0xNN` (with the code), `io-...`, and TLS handshake
+    /// failures `tls-...` (`tls-alert-decrypt-error`, `tls-unknown-issuer`, `tls-closed`...).
     pub failures_by_reason: BTreeMap<String, u64>,
     /// Subscriptions refused or failed (subscriber connections).
     pub subscribe_failures: u64,

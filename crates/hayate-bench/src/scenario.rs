@@ -24,6 +24,7 @@ use crate::results::{
 use crate::stats::{
     coarse_histogram, hist_from_base64, merge_hist, summarize, Credit, CreditHook, Recorder,
 };
+use crate::tls::TlsSettings;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,16 +68,7 @@ pub fn threads_for(common: &CommonArgs) -> usize {
 
 /// Checks options shared by every scenario.
 pub fn validate_common(c: &CommonArgs) -> Result<()> {
-    if c.tls || c.cafile.is_some() || c.cert.is_some() || c.key.is_some() || c.insecure {
-        return Err(BenchError::Unsupported(
-            "TLS (--tls, --cafile, --cert, --key, --insecure): this version of hayate bench speaks MQTT over plain TCP only".into(),
-        ));
-    }
-    if c.psk_identity.is_some() || c.psk.is_some() {
-        return Err(BenchError::Unsupported(
-            "TLS-PSK (--psk-identity, --psk): this version of hayate bench speaks MQTT over plain TCP only".into(),
-        ));
-    }
+    TlsSettings::from_args(c).map_err(BenchError::InvalidOption)?;
     if c.connect_concurrency == 0 {
         return Err(BenchError::invalid(
             "--connect-concurrency must be at least 1",
@@ -152,17 +144,31 @@ fn client_config(c: &CommonArgs, addr: SocketAddr) -> Result<ClientConfig> {
             None => Vec::new(),
         },
         client_id_prefix: prefix,
+        tls: TlsSettings::from_args(c).map_err(BenchError::InvalidOption)?,
+        connector: Default::default(),
+    })
+    .and_then(|cfg| {
+        // Read the certificate and key files now, for a clear error before anything starts.
+        cfg.tls_connector().map_err(BenchError::InvalidOption)?;
+        Ok(cfg)
     })
 }
 
-/// Connects once to check the broker is there, and asks for `$SYS/broker/version`.
-pub async fn probe(cfg: &ClientConfig, wait_ms: u64) -> Result<Option<String>> {
+/// Connects once to check the broker is there, and asks for `$SYS/broker/version`. Returns
+/// the version and the TLS session the connection negotiated.
+pub async fn probe(cfg: &ClientConfig, wait_ms: u64) -> Result<(Option<String>, Option<String>)> {
     let mut cfg = cfg.clone();
     cfg.clean = true;
     let mut conn = connect(&cfg, 'x', 0).await.map_err(|e| match e {
         ConnectError::ConnAck(_) => BenchError::ProbeRefused {
             addr: cfg.addr,
             reason: e.describe(),
+        },
+        ConnectError::Tls { .. } => BenchError::TlsHandshake {
+            addr: cfg.addr,
+            transport: cfg.transport(),
+            reason: e.reason(),
+            detail: e.describe(),
         },
         _ => BenchError::Unreachable {
             addr: cfg.addr,
@@ -192,8 +198,9 @@ pub async fn probe(cfg: &ClientConfig, wait_ms: u64) -> Result<Option<String>> {
             }
         }
     }
+    let tls_session = conn.stream.tls_description();
     conn.disconnect().await;
-    Ok(version)
+    Ok((version, tls_session))
 }
 
 /// Splits `count` connections into `parts` contiguous ranges of equal size (the last may be
@@ -257,6 +264,7 @@ fn base_config(s: &Setup, processes: u64) -> RunConfig {
     let c = &s.common;
     RunConfig {
         mqtt_version: c.mqtt.label().to_string(),
+        transport: s.client.transport().to_string(),
         clean_session: !c.persistent,
         keep_alive_s: c.keep_alive,
         connect_concurrency: c.connect_concurrency as u64,
@@ -943,7 +951,7 @@ async fn execute(plan: Plan, s: &Setup, env: &Env) -> Result<BenchResult> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let machine = procstat::machine_info();
-    let broker_version = probe(&s.client, common.version_wait_ms).await?;
+    let (broker_version, tls_session) = probe(&s.client, common.version_wait_ms).await?;
     let mut warnings = plan.warnings;
     let remote_count = plan
         .senders
@@ -1408,6 +1416,7 @@ async fn execute(plan: Plan, s: &Setup, env: &Env) -> Result<BenchResult> {
             broker_version,
             pid,
             process_command_line: pid.and_then(procstat::process_command_line),
+            tls_session,
         },
         config,
         connections,

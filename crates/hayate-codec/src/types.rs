@@ -156,10 +156,13 @@ impl ByteStr {
     }
 
     /// A string slice of the contents.
+    #[allow(unsafe_code)]
     pub fn as_str(&self) -> &str {
-        // The constructors only admit valid UTF-8 (checked in `from_utf8`, or taken from a
-        // `str`), so this cannot fail; fall back to "" rather than panic regardless.
-        std::str::from_utf8(&self.0).unwrap_or("")
+        // Re-validating on every access cost ~5% of the broker's CPU on the publish path.
+        // SAFETY: every constructor of `ByteStr` admits only valid UTF-8: `from_utf8` checks
+        // it, and `From<&str>`, `From<String>`, `from_static` and `Default` start from a
+        // `str`. The field is private and never mutated, so the bytes stay valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
 
     /// The underlying shared bytes.

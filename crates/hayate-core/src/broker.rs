@@ -258,6 +258,15 @@ impl Broker {
 /// correlation data [MQTT-3.3.2-16] and user properties in order [MQTT-3.3.2-17]
 /// [MQTT-3.3.2-18].
 pub fn forwardable_properties(properties: &Properties) -> MessageProperties {
+    let nothing_to_forward = properties.payload_format_indicator.is_none()
+        && properties.content_type.is_none()
+        && properties.response_topic.is_none()
+        && properties.correlation_data.is_none()
+        && properties.user_properties.is_empty();
+    if nothing_to_forward {
+        // The common case (every v3 message, most v5 ones): skip the clones.
+        return Properties::default();
+    }
     Properties {
         payload_format_indicator: properties.payload_format_indicator,
         content_type: properties.content_type.clone(),

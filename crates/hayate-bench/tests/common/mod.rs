@@ -91,25 +91,40 @@ impl Drop for Mosquitto {
 /// Path of the Mosquitto broker binary.
 pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
 
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
 /// Starts Mosquitto (Debian package `mosquitto`); fails the test when it is not installed.
 pub fn start_mosquitto() -> Mosquitto {
+    start_mosquitto_with(|port, _dir| format!("listener {port} 127.0.0.1\nallow_anonymous true\n"))
+}
+
+/// Starts Mosquitto with the listener configuration `listener(port, dir)` returns (files it
+/// names can be written into `dir`, a temp directory readable by the broker).
+pub fn start_mosquitto_with(listener: impl FnOnce(u16, &Path) -> String) -> Mosquitto {
     assert!(
         Path::new(MOSQUITTO).exists(),
         "{MOSQUITTO} not found: these tests need the Mosquitto broker; install it with `apt-get install mosquitto`"
     );
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let dir = tempfile::tempdir().expect("temp dir");
+    // Mosquitto started as root drops to its own user; let it read the files here.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755));
+    }
     let conf = dir.path().join("mosquitto.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\nlog_dest none\npersistence false\n"
-        ),
-    )
-    .expect("write config");
+    let text = format!(
+        "log_dest none\npersistence false\n{}",
+        listener(port, dir.path())
+    );
+    std::fs::write(&conf, text).expect("write config");
     let child = Command::new(MOSQUITTO)
         .arg("-c")
         .arg(&conf)
@@ -118,18 +133,77 @@ pub fn start_mosquitto() -> Mosquitto {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start mosquitto");
+    let mut m = Mosquitto {
+        child,
+        port,
+        _dir: dir,
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = m.child.try_wait() {
+            panic!("mosquitto exited ({status}) instead of listening on {port}");
+        }
         assert!(
             Instant::now() < deadline,
             "mosquitto did not start listening on {port}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    Mosquitto {
-        child,
-        port,
-        _dir: dir,
+    m.port = port;
+    m
+}
+
+/// A throwaway CA, a server certificate for `localhost` and 127.0.0.1 signed by it, and a
+/// client certificate, written as PEM files into `dir`.
+pub struct TestPki {
+    /// CA certificate.
+    pub ca: std::path::PathBuf,
+    /// Server certificate.
+    pub server_cert: std::path::PathBuf,
+    /// Server key.
+    pub server_key: std::path::PathBuf,
+    /// Client certificate.
+    pub client_cert: std::path::PathBuf,
+    /// Client key.
+    pub client_key: std::path::PathBuf,
+}
+
+/// Generates a [`TestPki`] in `dir` (readable by everyone: the broker may run as another user).
+pub fn make_pki(dir: &Path) -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "hayate-bench test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>, cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()], "localhost");
+    let (client_cert, client_key) = leaf(vec!["bench-client".into()], "bench-client");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+        }
+        path
+    };
+    TestPki {
+        ca: write("ca.pem", &ca_cert.pem()),
+        server_cert: write("server.pem", &server_cert),
+        server_key: write("server.key", &server_key),
+        client_cert: write("client.pem", &client_cert),
+        client_key: write("client.key", &client_key),
     }
 }
 
