@@ -141,6 +141,10 @@ pub struct CommonArgs {
     /// Write the full result as JSON to FILE (schema: docs/bench-schema.json).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report with charts (inline SVG, no scripts, works offline)
+    /// to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 5.0, value_name = "S")]
     pub progress: f64,
@@ -182,6 +186,11 @@ pub struct CommonArgs {
     /// TLS-PSK key in hex (with --psk-identity).
     #[arg(long, value_name = "HEX")]
     pub psk: Option<String>,
+    /// TLS-PSK cipher suites offered, as an OpenSSL cipher list (default `PSK:!eNULL`: all of them;
+    /// brokers such as Mosquitto then pick `DHE-PSK-AES256-GCM-SHA384`, whose DH exchange
+    /// costs ~10 ms per handshake; `PSK-AES128-GCM-SHA256` or `kECDHEPSK` are cheaper).
+    #[arg(long, value_name = "LIST")]
+    pub psk_ciphers: Option<String>,
 }
 
 /// `fan-in` options.
@@ -372,6 +381,11 @@ pub struct CompareArgs {
     /// Write every run and the comparison as JSON to FILE.
     #[arg(long = "compare-json", value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the comparison as a self-contained HTML report (grouped bars per target, every
+    /// run's latency distribution) to FILE. A `--report` given after the scenario name means
+    /// the same.
+    #[arg(long = "report", alias = "compare-report", value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
     /// The scenario and its options (host, port and pid come from each target).
     #[command(subcommand)]
     pub scenario: CompareScenario,

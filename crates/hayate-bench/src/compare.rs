@@ -199,6 +199,7 @@ pub async fn run_compare(args: &CompareArgs, env: &Env) -> Result<CompareResult>
                 c.port = t.port;
                 c.broker_pid = t.pid;
                 c.json = None;
+                c.report = None;
                 c.quiet = true;
             }
             let run_env = Env {
@@ -222,7 +223,7 @@ pub async fn run_compare(args: &CompareArgs, env: &Env) -> Result<CompareResult>
             version: env!("CARGO_PKG_VERSION").into(),
         },
         scenario,
-        command_line: env.command_line.clone(),
+        command_line: crate::scenario::redact_command_line(&env.command_line),
         machine,
         rows: rows(&names, &runs),
         targets: names,
@@ -234,6 +235,13 @@ pub async fn run_compare(args: &CompareArgs, env: &Env) -> Result<CompareResult>
     }
     if let Some(path) = &args.json {
         write_json(path, &result)?;
+    }
+    let report = args
+        .report
+        .as_ref()
+        .or_else(|| base.common().and_then(|c| c.report.as_ref()));
+    if let Some(path) = report {
+        crate::html::write(path, &crate::html::compare_report(&result))?;
     }
     Ok(result)
 }

@@ -2,7 +2,7 @@
 //! host:port), and the instrument every performance figure of the project is measured with.
 //!
 //! Scenarios (see `shared/design/scenarios.md`): `fan-in` (S1), `latency` (S2), `fan-out`
-//! (S4), `conn`, `swarm` (S3, plain TCP in this version) and `compare`.
+//! (S4), `conn`, `swarm` (S3) and `compare`, over TCP, TLS or TLS-PSK ([`tls`]).
 //!
 //! How it measures:
 //! - every payload carries a stream id, a sequence number and the intended and actual send
@@ -16,7 +16,9 @@
 //! - past ~15k connections the run spreads over worker processes ([`multiproc`]) and merges
 //!   their results; `--broker-pid` samples the broker's CPU and RSS from `/proc`.
 //!
-//! Results are the serde structs of [`results`] (JSON Schema in `docs/bench-schema.json`).
+//! Results are the serde structs of [`results`] (JSON Schema in `docs/bench-schema.json`);
+//! `--report FILE.html` renders them as one self-contained page with SVG charts ([`html`],
+//! [`svg`]).
 
 pub mod args;
 pub mod client;
@@ -24,6 +26,7 @@ pub mod clock;
 pub mod compare;
 pub mod engine;
 pub mod error;
+pub mod html;
 pub mod multiproc;
 pub mod payload;
 pub mod procstat;
@@ -31,6 +34,7 @@ pub mod report;
 pub mod results;
 pub mod scenario;
 pub mod stats;
+pub mod svg;
 pub mod tls;
 
 pub use args::{BenchArgs, BenchCommand};

@@ -58,6 +58,30 @@ impl Default for Env {
     }
 }
 
+/// The command line as recorded in results: the values of `--password` and `--psk` replaced
+/// by `***` (results and reports get passed around).
+pub fn redact_command_line(words: &[String]) -> Vec<String> {
+    let secret = ["--password", "--psk"];
+    let mut out = Vec::with_capacity(words.len());
+    let mut hide_next = false;
+    for w in words {
+        if hide_next {
+            out.push("***".to_string());
+            hide_next = false;
+            continue;
+        }
+        if secret.contains(&w.as_str()) {
+            hide_next = true;
+            out.push(w.clone());
+        } else if let Some((flag, _)) = w.split_once('=').filter(|(f, _)| secret.contains(f)) {
+            out.push(format!("{flag}=***"));
+        } else {
+            out.push(w.clone());
+        }
+    }
+    out
+}
+
 /// Runtime threads a scenario wants per process.
 pub fn threads_for(common: &CommonArgs) -> usize {
     common
@@ -860,6 +884,9 @@ pub async fn run_scenario(cmd: &BenchCommand, env: &Env) -> Result<BenchResult> 
     if let Some(path) = &setup.common.json {
         write_json(path, &result)?;
     }
+    if let Some(path) = &setup.common.report {
+        crate::html::write(path, &crate::html::run_report(&result))?;
+    }
     Ok(result)
 }
 
@@ -1406,7 +1433,7 @@ async fn execute(plan: Plan, s: &Setup, env: &Env) -> Result<BenchResult> {
         },
         scenario: plan.scenario.into(),
         started_at_unix_ms,
-        command_line: env.command_line.clone(),
+        command_line: redact_command_line(&env.command_line),
         machine,
         target: TargetInfo {
             name: env.target_name.clone(),
@@ -1445,6 +1472,14 @@ mod tests {
     #[test]
     fn split_is_contiguous_and_complete() {
         assert_eq!(split(10, 3), vec![(0, 4), (4, 4), (8, 2)]);
+        let line: Vec<String> = "b swarm --psk 0011 --psk-identity id --password=pw -c 3"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            redact_command_line(&line).join(" "),
+            "b swarm --psk *** --psk-identity id --password=*** -c 3"
+        );
         assert_eq!(split(5, 1), vec![(0, 5)]);
         assert_eq!(split(2, 5), vec![(0, 1), (1, 1)]);
         let parts = split(50_000, 4);

@@ -174,9 +174,16 @@ pub fn make_pki(dir: &Path) -> TestPki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A name of its own per CA (another test CA must be an unknown issuer, not a bad
+    // signature by the same name).
+    let ca_name = format!(
+        "hayate-bench test CA {}",
+        dir.file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+    );
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "hayate-bench test CA");
+        .push(DnType::CommonName, ca_name);
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let leaf = |names: Vec<String>, cn: &str| {
