@@ -386,9 +386,15 @@ pub struct CompareArgs {
     /// the same.
     #[arg(long = "report", alias = "compare-report", value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Run every scenario listed in FILE instead of one named on the command line: one
+    /// `SCENARIO [OPTIONS]` per line, exactly as after `compare ...` (options separated by
+    /// spaces, no quoting), `#` starts a comment. Each scenario gets its own table, and
+    /// `--compare-json`/`--report` write one file per scenario (`NAME-<n>-<scenario>.EXT`).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
     /// The scenario and its options (host, port and pid come from each target).
     #[command(subcommand)]
-    pub scenario: CompareScenario,
+    pub scenario: Option<CompareScenario>,
 }
 
 /// Scenarios `compare` can run.

@@ -1,12 +1,81 @@
 //! `compare`: one scenario against several named targets, alternating, with medians and ratios.
 
-use crate::args::CompareArgs;
+use crate::args::{CompareArgs, CompareScenario};
 use crate::error::{BenchError, Result};
 use crate::report;
 use crate::results::{BenchResult, CompareResult, CompareRow, ToolInfo, SCHEMA_VERSION};
 use crate::scenario::{run_scenario, write_json, Env};
 use crate::stats::median;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One line of a `--plan` file: a scenario and its options, as they follow `compare` on the
+/// command line.
+#[derive(Debug, clap::Parser)]
+#[command(no_binary_name = true)]
+struct PlanLine {
+    #[command(subcommand)]
+    scenario: CompareScenario,
+}
+
+/// The comparisons a `compare` command stands for: its one scenario, or one per line of its
+/// `--plan` file, each with its own JSON and report file names.
+pub fn plan_runs(args: &CompareArgs) -> Result<Vec<CompareArgs>> {
+    let Some(path) = &args.plan else {
+        if args.scenario.is_none() {
+            return Err(BenchError::invalid(
+                "compare needs a scenario (e.g. `compare --target ... fan-in -c 1000`) or --plan FILE",
+            ));
+        }
+        return Ok(vec![args.clone()]);
+    };
+    if args.scenario.is_some() {
+        return Err(BenchError::invalid(
+            "compare takes either --plan FILE or a scenario on the command line, not both",
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BenchError::io(format!("reading --plan {}", path.display()), e))?;
+    let mut runs = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let parsed =
+            <PlanLine as clap::Parser>::try_parse_from(line.split_whitespace()).map_err(|e| {
+                BenchError::invalid(format!("{}:{}: {}", path.display(), number + 1, e.render()))
+            })?;
+        let name = parsed.scenario.clone().into_command().name().to_string();
+        let index = runs.len() + 1;
+        let mut one = args.clone();
+        one.plan = None;
+        one.scenario = Some(parsed.scenario);
+        one.json = args.json.as_deref().map(|p| numbered(p, index, &name));
+        one.report = args.report.as_deref().map(|p| numbered(p, index, &name));
+        runs.push(one);
+    }
+    if runs.is_empty() {
+        return Err(BenchError::invalid(format!(
+            "--plan {} lists no scenario",
+            path.display()
+        )));
+    }
+    Ok(runs)
+}
+
+/// `cmp.json` → `cmp-2-fan-in.json`.
+fn numbered(path: &Path, index: usize, scenario: &str) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let extension = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}-{index}-{scenario}{extension}"))
+}
 
 /// A parsed `--target NAME=HOST:PORT[,pid=PID]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +250,11 @@ pub async fn run_compare(args: &CompareArgs, env: &Env) -> Result<CompareResult>
     if args.repeat == 0 {
         return Err(BenchError::invalid("--repeat must be at least 1"));
     }
-    let base = args.scenario.clone().into_command();
+    let base = args
+        .scenario
+        .clone()
+        .ok_or_else(|| BenchError::invalid("compare needs a scenario or --plan FILE"))?
+        .into_command();
     let scenario = base.name().to_string();
     let quiet = base.common().is_some_and(|c| c.quiet);
     let mut runs = Vec::new();
@@ -249,6 +322,57 @@ pub async fn run_compare(args: &CompareArgs, env: &Env) -> Result<CompareResult>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn compare_args(plan: Option<PathBuf>) -> CompareArgs {
+        CompareArgs {
+            targets: vec!["a=127.0.0.1:1".into()],
+            repeat: 1,
+            json: Some(PathBuf::from("/tmp/out/cmp.json")),
+            report: None,
+            plan,
+            scenario: None,
+        }
+    }
+
+    #[test]
+    fn plan_file_expands_to_one_comparison_per_scenario() {
+        let dir = std::env::temp_dir().join(format!("hb-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plan = dir.join("plan.txt");
+        std::fs::write(
+            &plan,
+            "# S1 and S2\nfan-in -c 10 -n 100\n\nlatency --interval-ms 5 -d 2  # short\n",
+        )
+        .unwrap();
+        let runs = plan_runs(&compare_args(Some(plan.clone()))).unwrap();
+        assert_eq!(runs.len(), 2);
+        let names: Vec<String> = runs
+            .iter()
+            .map(|r| {
+                r.scenario
+                    .clone()
+                    .unwrap()
+                    .into_command()
+                    .name()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(names, ["fan-in", "latency"]);
+        assert_eq!(
+            runs[1].json.as_deref(),
+            Some(Path::new("/tmp/out/cmp-2-latency.json"))
+        );
+
+        std::fs::write(&plan, "fan-in --no-such-option\n").unwrap();
+        let error = plan_runs(&compare_args(Some(plan.clone())))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("plan.txt:1"), "{error}");
+        std::fs::write(&plan, "# nothing\n").unwrap();
+        assert!(plan_runs(&compare_args(Some(plan))).is_err());
+        assert!(plan_runs(&compare_args(None)).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn targets_parse() {

@@ -49,11 +49,20 @@ pub enum Outcome {
     Run(Box<BenchResult>),
     /// A comparison.
     Compare(Box<CompareResult>),
+    /// The comparisons of a `compare --plan FILE`, in file order.
+    Plan(Vec<CompareResult>),
 }
 
 /// Runs a command on the current tokio runtime (the library entry point; tests use this).
 pub async fn run_command(cmd: &BenchCommand, env: &Env) -> Result<Outcome> {
     match cmd {
+        BenchCommand::Compare(args) if args.plan.is_some() => {
+            let mut results = Vec::new();
+            for one in compare::plan_runs(args)? {
+                results.push(compare::run_compare(&one, env).await?);
+            }
+            Ok(Outcome::Plan(results))
+        }
         BenchCommand::Compare(args) => Ok(Outcome::Compare(Box::new(
             compare::run_compare(args, env).await?,
         ))),
@@ -73,12 +82,12 @@ pub fn run(args: BenchArgs, env: Env) -> Result<i32> {
         return Ok(multiproc::worker_main());
     }
     let threads = match &args.command {
-        BenchCommand::Compare(c) => c
-            .scenario
-            .clone()
-            .into_command()
-            .common()
-            .map_or(1, scenario::threads_for),
+        BenchCommand::Compare(c) => compare::plan_runs(c)?
+            .iter()
+            .filter_map(|one| one.scenario.clone())
+            .map(|s| s.into_command().common().map_or(1, scenario::threads_for))
+            .max()
+            .unwrap_or(1),
         other => other.common().map_or(1, scenario::threads_for),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -116,7 +116,11 @@ impl Connection {
                 timer_armed_for_keep_alive = true;
                 timer.as_mut().reset(self.keep_alive_deadline());
             }
-            let mut interest = if backlogged { None } else { Some(Interest::READABLE) };
+            let mut interest = if backlogged {
+                None
+            } else {
+                Some(Interest::READABLE)
+            };
             if !self.out.is_empty() {
                 interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));
             }

@@ -39,7 +39,7 @@ pub fn env() -> Env {
 pub async fn run(line: &str) -> BenchResult {
     match hayate_bench::run_command(&cmd(line), &env()).await {
         Ok(Outcome::Run(r)) => *r,
-        Ok(Outcome::Compare(_)) => panic!("expected a run"),
+        Ok(Outcome::Compare(_) | Outcome::Plan(_)) => panic!("expected a run"),
         Err(e) => panic!("{line}: {e}"),
     }
 }
