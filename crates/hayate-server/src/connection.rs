@@ -287,7 +287,9 @@ impl Connection {
         }
         let _ = self.stream.shutdown().await;
         let mut discarded = 0usize;
-        let mut sink = [0u8; 4096];
+        // On the heap and only while lingering: an array here would live in every
+        // connection's task for its whole life (the future holds all its locals).
+        let mut sink = vec![0u8; 4096];
         while discarded < CLOSE_LINGER_MAX_BYTES {
             match tokio::time::timeout_at(deadline, self.stream.read(&mut sink)).await {
                 Ok(Ok(n)) if n > 0 => discarded += n,
