@@ -73,7 +73,26 @@ pub struct Channel {
     doorbell: Arc<Notify>,
     /// The last `poll_transmit` stopped at its byte budget with more to send.
     more_to_send: bool,
+    /// A congested subscriber this client's messages are waiting on (back-pressure).
+    waiting_on: Option<Wait>,
+    /// Sessions found stalled while congested: not waited on again until they drain below
+    /// their congestion mark, so a stuck subscriber cannot hold this publisher back.
+    stalled: Vec<Arc<SessionCell>>,
 }
+
+/// A congested subscriber session a publisher waits on, and when it last made progress.
+#[derive(Debug)]
+struct Wait {
+    cell: Arc<SessionCell>,
+    transmitted: u64,
+    progress_at: Instant,
+}
+
+/// How long a congested subscriber may go without writing a single message before publishers
+/// stop waiting for it (it is then treated as stalled: its queue fills and drops, counted).
+const STALL_TIMEOUT: Duration = Duration::from_millis(200);
+/// Stalled sessions remembered per connection (the oldest is forgotten beyond this).
+const MAX_STALLED_REMEMBERED: usize = 16;
 
 impl Channel {
     /// A channel for a new network connection.
@@ -93,6 +112,8 @@ impl Channel {
             taken_over: false,
             doorbell: Arc::new(Notify::new()),
             more_to_send: false,
+            waiting_on: None,
+            stalled: Vec::new(),
         }
     }
 
@@ -263,6 +284,66 @@ impl Channel {
     /// write and call it again without waiting for the doorbell.
     pub fn has_more_to_send(&self) -> bool {
         self.more_to_send
+    }
+
+    /// Back-pressure: true while this client should not be read from because a subscriber its
+    /// messages went to is congested and still draining. The transport keeps writing to the
+    /// client (and handling its doorbell) while paused, and calls this again every few
+    /// milliseconds. Never waits on its own session (it must read its own acknowledgements), on
+    /// offline sessions, or on a subscriber that wrote nothing for [`STALL_TIMEOUT`]: a stalled
+    /// subscriber never holds a publisher back; its queue fills and drops instead.
+    pub fn is_backpressured(&mut self, now: Instant) -> bool {
+        let Some(wait) = &mut self.waiting_on else {
+            return false;
+        };
+        let (congested, transmitted) = {
+            let state = wait.cell.state.lock();
+            let session = &state.session;
+            (
+                session.is_attached() && session.is_congested(),
+                session.transmitted(),
+            )
+        };
+        if !congested {
+            self.waiting_on = None;
+            return false;
+        }
+        if transmitted != wait.transmitted {
+            wait.transmitted = transmitted;
+            wait.progress_at = now;
+            return true;
+        }
+        if now.saturating_duration_since(wait.progress_at) < STALL_TIMEOUT {
+            return true;
+        }
+        tracing::debug!(client_id = %wait.cell.client_id, "subscriber_stalled");
+        if self.stalled.len() >= MAX_STALLED_REMEMBERED {
+            self.stalled.remove(0);
+        }
+        if let Some(wait) = self.waiting_on.take() {
+            self.stalled.push(wait.cell);
+        }
+        false
+    }
+
+    /// Starts waiting on a congested subscriber after a publish, unless it is this client's
+    /// own session or one found stalled that has not drained since.
+    fn wait_on(&mut self, cell: Arc<SessionCell>, now: Instant) {
+        if self.waiting_on.is_some() || self.cell.as_ref().is_some_and(|own| own.id == cell.id) {
+            return;
+        }
+        if let Some(index) = self.stalled.iter().position(|s| s.id == cell.id) {
+            if cell.state.lock().session.is_congested() {
+                return;
+            }
+            self.stalled.swap_remove(index);
+        }
+        let transmitted = cell.state.lock().session.transmitted();
+        self.waiting_on = Some(Wait {
+            cell,
+            transmitted,
+            progress_at: now,
+        });
     }
 
     /// True when the session has output that `poll_transmit` would write now.

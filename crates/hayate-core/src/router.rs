@@ -41,12 +41,15 @@ pub struct SharedGroup {
 }
 
 /// Outcome of routing one message.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct RouteOutcome {
     /// Sessions the message was queued for.
     pub delivered: usize,
     /// Sessions that matched but dropped it (queue full, offline QoS 0).
     pub dropped: usize,
+    /// A session with a connection attached whose queue is now congested
+    /// (`Session::is_congested`): the publisher should pause reading while it drains.
+    pub congested: Option<Arc<SessionCell>>,
 }
 
 /// The router. See the module docs.
@@ -333,6 +336,12 @@ fn enqueue(
     match state.session.enqueue(delivery) {
         EnqueueOutcome::Queued { wake: needs_wake } => {
             outcome.delivered += 1;
+            if outcome.congested.is_none()
+                && state.session.is_attached()
+                && state.session.is_congested()
+            {
+                outcome.congested = Some(cell.clone());
+            }
             if needs_wake {
                 if let Some(doorbell) = &state.doorbell {
                     wake.push(doorbell.clone());

@@ -16,6 +16,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// How often a connection paused by back-pressure checks whether it may read again.
+const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(2);
 /// Read at most this much per wake before letting other tasks run (fairness).
 const READ_BUDGET: usize = 256 * 1024;
 /// Read buffer growth step.
@@ -116,7 +118,11 @@ impl Connection {
                 timer_armed_for_keep_alive = true;
                 timer.as_mut().reset(self.keep_alive_deadline());
             }
-            let mut interest = if backlogged {
+            // Back-pressure: while a subscriber this client feeds is congested but draining,
+            // leave the client's bytes in its socket (TCP slows it down) instead of queueing
+            // messages that would be dropped.
+            let paused = !backlogged && self.channel.is_backpressured(Instant::now().into_std());
+            let mut interest = if backlogged || paused {
                 None
             } else {
                 Some(Interest::READABLE)
@@ -124,9 +130,8 @@ impl Connection {
             if !self.out.is_empty() {
                 interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));
             }
-            let Some(interest) = interest else { continue };
             tokio::select! {
-                ready = self.stream.ready(interest) => {
+                ready = self.stream.ready(interest.unwrap_or(Interest::READABLE)), if interest.is_some() => {
                     let ready = match ready {
                         Ok(ready) => ready,
                         Err(_) => return None,
@@ -143,7 +148,14 @@ impl Connection {
                         return Some(close);
                     }
                 }
+                _ = tokio::time::sleep(BACKPRESSURE_RECHECK), if paused => {}
                 _ = &mut timer => {
+                    if paused {
+                        // Not reading is our doing, not the client's silence.
+                        self.last_read = Instant::now();
+                        timer.as_mut().reset(self.keep_alive_deadline());
+                        continue;
+                    }
                     if !self.channel.is_connected() {
                         tracing::info!(peer = %self.peer, "connect_timeout");
                         return None;

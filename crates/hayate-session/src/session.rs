@@ -162,6 +162,8 @@ pub struct Session {
     inbound_qos2: HashSet<u16>,
     inbound_aliases: HashMap<u16, ByteStr>,
     outbound_aliases: HashMap<ByteStr, u16>,
+    /// PUBLISH packets written so far; publishers waiting on this session watch it move.
+    transmitted: u64,
 }
 
 impl Session {
@@ -180,6 +182,7 @@ impl Session {
             inbound_qos2: HashSet::new(),
             inbound_aliases: HashMap::new(),
             outbound_aliases: HashMap::new(),
+            transmitted: 0,
         }
     }
 
@@ -222,6 +225,20 @@ impl Session {
     /// Outbound QoS 1/2 messages in flight.
     pub fn inflight_len(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// True when the session holds at least half of its message or byte limit. Publishers that
+    /// feed an attached, congested session pause reading (back-pressure) while it drains, so
+    /// that messages wait in their TCP buffers instead of being dropped here.
+    pub fn is_congested(&self) -> bool {
+        self.held_messages() >= self.limits.max_queued_messages / 2
+            || self.held_bytes >= self.limits.max_queued_bytes / 2
+    }
+
+    /// PUBLISH packets written since the session was created: a waiting publisher checks that
+    /// this moves, to tell a slow subscriber (wait for it) from a stalled one (do not).
+    pub fn transmitted(&self) -> u64 {
+        self.transmitted
     }
 
     /// True when `poll_transmit` may have something to write.
@@ -441,6 +458,12 @@ impl Session {
     /// messages while the in-flight window allows [MQTT-3.3.4-9]. Stops after a byte budget so
     /// the caller can write and poll again. Does nothing while detached.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut OutBuf) -> TransmitReport {
+        let report = self.transmit(now, out);
+        self.transmitted += report.published as u64;
+        report
+    }
+
+    fn transmit(&mut self, now: Instant, out: &mut OutBuf) -> TransmitReport {
         let mut report = TransmitReport::default();
         let Some(conn) = self.connection.clone() else {
             return report;

@@ -99,6 +99,9 @@ impl Channel {
             publisher,
         );
         let outcome = self.broker.publish(Arc::new(message), wake);
+        if let Some(congested) = outcome.congested {
+            self.wait_on(congested, now);
+        }
         let reason = if outcome.delivered == 0 && outcome.dropped == 0 && self.version.is_v5() {
             ReasonCode::NO_MATCHING_SUBSCRIBERS
         } else {
