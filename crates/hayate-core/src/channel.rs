@@ -88,9 +88,6 @@ struct Wait {
     progress_at: Instant,
 }
 
-/// How long a congested subscriber may go without writing a single message before publishers
-/// stop waiting for it (it is then treated as stalled: its queue fills and drops, counted).
-const STALL_TIMEOUT: Duration = Duration::from_millis(200);
 /// Stalled sessions remembered per connection (the oldest is forgotten beyond this).
 const MAX_STALLED_REMEMBERED: usize = 16;
 
@@ -269,7 +266,16 @@ impl Channel {
         if self.phase != Phase::Connected {
             return Ok(());
         }
-        let report = self.with_session(out, |state, out| state.session.poll_transmit(now, out))?;
+        let report = self.with_session(out, |state, out| {
+            let report = state.session.poll_transmit(now, out);
+            if state.drained.is_some() && !state.session.is_congested() {
+                // Below the mark again: resume the publishers paused on this session.
+                if let Some(drained) = state.drained.take() {
+                    drained.notify_waiters();
+                }
+            }
+            report
+        })?;
         self.more_to_send = report.more;
         let stats = &self.broker.stats;
         Stats::add(&stats.publish_sent, report.published as u64);
@@ -290,8 +296,9 @@ impl Channel {
     /// messages went to is congested and still draining. The transport keeps writing to the
     /// client (and handling its doorbell) while paused, and calls this again every few
     /// milliseconds. Never waits on its own session (it must read its own acknowledgements), on
-    /// offline sessions, or on a subscriber that wrote nothing for [`STALL_TIMEOUT`]: a stalled
-    /// subscriber never holds a publisher back; its queue fills and drops instead.
+    /// offline sessions, or on a subscriber that wrote nothing for
+    /// `broker.backpressure_stall_timeout_ms`: a stalled subscriber holds a publisher back only
+    /// that long, once; then its queue fills and drops instead (counted).
     pub fn is_backpressured(&mut self, now: Instant) -> bool {
         let Some(wait) = &mut self.waiting_on else {
             return false;
@@ -313,7 +320,8 @@ impl Channel {
             wait.progress_at = now;
             return true;
         }
-        if now.saturating_duration_since(wait.progress_at) < STALL_TIMEOUT {
+        let stall_timeout = Duration::from_millis(self.broker.config.backpressure_stall_timeout_ms);
+        if now.saturating_duration_since(wait.progress_at) < stall_timeout {
             return true;
         }
         tracing::debug!(client_id = %wait.cell.client_id, "subscriber_stalled");
@@ -326,10 +334,27 @@ impl Channel {
         false
     }
 
+    /// True while this connection waits on a congested subscriber (it should stop handling
+    /// further PUBLISH packets of the current batch).
+    pub fn is_waiting(&self) -> bool {
+        self.waiting_on.is_some()
+    }
+
+    /// The signal rung when the subscriber this connection waits on drains, if any.
+    pub fn backpressure_signal(&self) -> Option<Arc<Notify>> {
+        let wait = self.waiting_on.as_ref()?;
+        let mut state = wait.cell.state.lock();
+        Some(state.drained.get_or_insert_with(Default::default).clone())
+    }
+
     /// Starts waiting on a congested subscriber after a publish, unless it is this client's
     /// own session or one found stalled that has not drained since.
     fn wait_on(&mut self, cell: Arc<SessionCell>, now: Instant) {
-        if self.waiting_on.is_some() || self.cell.as_ref().is_some_and(|own| own.id == cell.id) {
+        let disabled = self.broker.config.backpressure_stall_timeout_ms == 0;
+        if disabled
+            || self.waiting_on.is_some()
+            || self.cell.as_ref().is_some_and(|own| own.id == cell.id)
+        {
             return;
         }
         if let Some(index) = self.stalled.iter().position(|s| s.id == cell.id) {

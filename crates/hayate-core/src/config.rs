@@ -57,6 +57,12 @@ pub struct BrokerConfig {
     pub max_qos: u8,
     /// Whether retained messages are supported.
     pub retain_available: bool,
+    /// Back-pressure: a publisher whose messages fill a subscriber's queue past half of
+    /// `max_queued_messages`/`max_queued_bytes` stops being read until that subscriber drains,
+    /// as long as the subscriber keeps writing; one that writes nothing for this many
+    /// milliseconds is treated as stalled and holds nobody back (its queue overflows and drops,
+    /// counted). 0 disables back-pressure (messages beyond the queue limits are dropped).
+    pub backpressure_stall_timeout_ms: u64,
     /// Strategy of shared subscription groups.
     pub shared_subscription_strategy: SharedStrategy,
     /// Answer Request Response Information with this prefix as Response Information (empty =
@@ -82,6 +88,7 @@ impl Default for BrokerConfig {
             max_session_expiry_interval: u32::MAX,
             max_qos: 2,
             retain_available: true,
+            backpressure_stall_timeout_ms: 1000,
             shared_subscription_strategy: SharedStrategy::RoundRobin,
             response_information: String::new(),
         }

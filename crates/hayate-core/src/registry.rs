@@ -57,6 +57,9 @@ pub struct SessionState {
     /// another connection takes the session over. Each connection brings its own, so a
     /// takeover wakes exactly the connection being replaced.
     pub doorbell: Option<Arc<Notify>>,
+    /// Rung (`notify_waiters`) when the session drains below its congestion mark, to resume
+    /// the publishers paused on it. Made the first time the session becomes congested.
+    pub drained: Option<Arc<Notify>>,
 }
 
 /// A session shared between the registry, the router (subscriptions point at it) and the
@@ -128,6 +131,7 @@ impl Registry {
                 will_due: None,
                 ended: false,
                 doorbell: None,
+                drained: None,
             }),
         });
         let replaced = sessions.insert(client_id.clone(), cell.clone());

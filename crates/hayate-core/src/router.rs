@@ -340,6 +340,7 @@ fn enqueue(
                 && state.session.is_attached()
                 && state.session.is_congested()
             {
+                state.drained.get_or_insert_with(Default::default);
                 outcome.congested = Some(cell.clone());
             }
             if needs_wake {

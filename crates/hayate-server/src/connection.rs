@@ -16,8 +16,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// How often a connection paused by back-pressure checks whether it may read again.
-const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(2);
+/// How often a connection paused by back-pressure re-checks on its own (it is normally woken
+/// when the subscriber drains; this catches a stalled subscriber and a missed wake-up).
+const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(50);
 /// Read at most this much per wake before letting other tasks run (fairness).
 const READ_BUDGET: usize = 256 * 1024;
 /// Read buffer growth step.
@@ -60,6 +61,8 @@ struct Connection {
     out: OutBuf,
     wake: WakeList,
     last_read: Instant,
+    /// Complete packets were left in `read_buf` when back-pressure started.
+    input_pending: bool,
 }
 
 pub(crate) async fn run_connection(
@@ -85,6 +88,7 @@ pub(crate) async fn run_connection(
         out: OutBuf::new(),
         wake: WakeList::new(),
         last_read: Instant::now(),
+        input_pending: false,
     };
     let close = connection.serve(shutdown).await;
     connection.close(close).await;
@@ -121,7 +125,19 @@ impl Connection {
             // Back-pressure: while a subscriber this client feeds is congested but draining,
             // leave the client's bytes in its socket (TCP slows it down) instead of queueing
             // messages that would be dropped.
+            let drained = if self.channel.is_waiting() {
+                self.channel.backpressure_signal()
+            } else {
+                None
+            };
             let paused = !backlogged && self.channel.is_backpressured(Instant::now().into_std());
+            if self.input_pending && !paused && !backlogged {
+                // Resume with what was already read before reading more.
+                if let Some(close) = self.process_buffered(false) {
+                    return Some(close);
+                }
+                continue;
+            }
             let mut interest = if backlogged || paused {
                 None
             } else {
@@ -148,6 +164,7 @@ impl Connection {
                         return Some(close);
                     }
                 }
+                _ = async { if let Some(drained) = &drained { drained.notified().await } }, if paused && drained.is_some() => {}
                 _ = tokio::time::sleep(BACKPRESSURE_RECHECK), if paused => {}
                 _ = &mut timer => {
                     if paused {
@@ -212,9 +229,29 @@ impl Connection {
             self.last_read = Instant::now();
             Stats::add(&self.broker.stats.bytes_received, read_total as u64);
         }
+        // At end of stream everything the client sent is handled, paused or not (its last
+        // packet may be a DISCONNECT that decides about its will).
+        let close = self.process_buffered(eof);
+        match (close, eof) {
+            (Some(close), _) => Some(Some(close)),
+            (None, true) => None,
+            (None, false) => Some(None),
+        }
+    }
+
+    /// Decodes and handles the complete packets in the read buffer, then rings the doorbells
+    /// of the sessions that got messages, once each. Stops early, leaving the rest buffered,
+    /// when back-pressure starts (unless `drain_all`), so a paused publisher adds at most one
+    /// message to a congested queue.
+    fn process_buffered(&mut self, drain_all: bool) -> Option<Close> {
         let now = Instant::now().into_std();
         let mut close = None;
+        self.input_pending = false;
         loop {
+            if !drain_all && self.channel.is_waiting() {
+                self.input_pending = !self.read_buf.is_empty();
+                break;
+            }
             match decode(
                 &mut self.read_buf,
                 self.channel.version(),
@@ -242,11 +279,7 @@ impl Connection {
             // Keep no buffer while idle.
             self.read_buf = BytesMut::new();
         }
-        match (close, eof) {
-            (Some(close), _) => Some(Some(close)),
-            (None, true) => None,
-            (None, false) => Some(None),
-        }
+        close
     }
 
     fn ring_doorbells(&mut self) {
