@@ -8,7 +8,7 @@ use crate::router::{RouteOutcome, Router, WakeList};
 use crate::stats::Stats;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 use hayate_codec::Properties;
-use hayate_session::{Message, MessageProperties, SessionLimits};
+use hayate_session::{MemoryBudget, Message, MessageProperties, SessionLimits};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,8 @@ pub struct Broker {
     pub registry: Registry,
     /// Counters for `$SYS`.
     pub stats: Stats,
+    /// The broker-wide account of queued message bytes (`max_queued_bytes_total`).
+    pub memory: Arc<MemoryBudget>,
     /// Authentication and authorisation.
     pub hooks: Arc<dyn AuthHook>,
     timers: Timers,
@@ -35,6 +37,7 @@ impl Broker {
     pub fn new(config: BrokerConfig, hooks: Arc<dyn AuthHook>, now: Instant) -> Arc<Broker> {
         Arc::new(Broker {
             router: Router::new(config.shared_subscription_strategy),
+            memory: Arc::new(MemoryBudget::new(config.max_queued_bytes_total)),
             config,
             registry: Registry::default(),
             stats: Stats::default(),
@@ -51,6 +54,7 @@ impl Broker {
             max_queued_bytes: self.config.max_queued_bytes,
             max_inflight: self.config.max_inflight_messages,
             queue_qos0_offline: self.config.queue_qos0_offline,
+            budget: Some(self.memory.clone()),
         }
     }
 

@@ -35,6 +35,12 @@ pub struct BrokerConfig {
     pub max_queued_messages: usize,
     /// Payload + topic bytes held per session.
     pub max_queued_bytes: usize,
+    /// Broker-wide budget for queued messages: payload + topic bytes plus 128 bytes of overhead
+    /// per queued delivery, summed over every session. Past it deliveries are dropped (counted
+    /// in `$SYS/broker/publish/messages/dropped` and `$SYS/broker/memory/queued/refused`); past
+    /// half of it publishers feeding sessions that hold 64 KiB or more pause (back-pressure).
+    /// 0 = no broker-wide limit.
+    pub max_queued_bytes_total: usize,
     /// Queue QoS 0 messages for persistent sessions whose client is offline.
     pub queue_qos0_offline: bool,
     /// Topic Alias Maximum announced to v5 clients (0 disables inbound aliases).
@@ -78,6 +84,7 @@ impl Default for BrokerConfig {
             max_inflight_messages: 1024,
             max_queued_messages: 100_000,
             max_queued_bytes: 64 * 1024 * 1024,
+            max_queued_bytes_total: 2 * 1024 * 1024 * 1024,
             queue_qos0_offline: false,
             topic_alias_maximum: 64,
             assign_outbound_topic_aliases: true,

@@ -353,6 +353,10 @@ fn enqueue(
             outcome.dropped += 1;
             tracing::debug!(client_id = %cell.client_id, "queue_full_message_dropped");
         }
+        EnqueueOutcome::DroppedBudget => {
+            outcome.dropped += 1;
+            tracing::debug!(client_id = %cell.client_id, "memory_budget_message_dropped");
+        }
         EnqueueOutcome::DroppedOffline => outcome.dropped += 1,
     }
 }

@@ -106,6 +106,14 @@ pub(crate) async fn sys_loop(
             "$SYS/broker/publish/messages/dropped",
             counter(&stats.publish_dropped),
         );
+        publish(
+            "$SYS/broker/memory/queued/bytes",
+            broker.memory.held().to_string(),
+        );
+        publish(
+            "$SYS/broker/memory/queued/refused",
+            broker.memory.refused().to_string(),
+        );
         publish("$SYS/broker/bytes/received", counter(&stats.bytes_received));
         publish("$SYS/broker/bytes/sent", counter(&stats.bytes_sent));
         publish(

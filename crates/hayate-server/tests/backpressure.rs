@@ -2,7 +2,7 @@
 //! a stalled subscriber holds nobody back (its own queue fills and drops, counted).
 
 use hayate_codec::{Packet, ProtocolVersion, QoS};
-use hayate_testkit::{publish_packet, Received, TestBroker};
+use hayate_testkit::{connect_packet, publish_packet, Received, TestBroker};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -94,4 +94,82 @@ async fn stalled_subscriber_blocks_nobody() {
         Received::Packet(Packet::Publish(_)) => {}
         other => panic!("stalled subscriber should still get its queued messages: {other:?}"),
     }
+}
+
+/// The broker-wide budget (`max_queued_bytes_total`) bounds what all sessions hold together:
+/// three offline persistent sessions, each allowed 64 MiB on its own, share a 1 MiB budget.
+/// The publisher is never held back (offline sessions are not waited on), deliveries past the
+/// budget are refused and counted, what was kept is delivered on reconnect, and ending the
+/// sessions returns every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_wide_budget_bounds_all_queues_together() {
+    const BUDGET: usize = 1024 * 1024;
+    let broker =
+        TestBroker::start_with(|config| config.broker.max_queued_bytes_total = BUDGET).await;
+    let version = ProtocolVersion::V311;
+    for name in ["offline-1", "offline-2", "offline-3"] {
+        let mut client = broker.raw(version).await;
+        let connack = client.connect(connect_packet(version, name, false)).await;
+        assert_eq!(connack.reason_code.0, 0);
+        client.subscribe("budget/t", QoS::AtLeastOnce, 1).await;
+        client.send(Packet::Disconnect(Default::default())).await;
+        client.expect_closed().await;
+    }
+    let memory = broker.handle.broker.memory.clone();
+    let mut publisher = broker.client(version, "budget-pub").await;
+    let payload = vec![3u8; PAYLOAD];
+    let total = 300u16; // 3 sessions × 300 × 10 KiB ≈ 9 MiB offered, 1 MiB allowed
+    for id in 1..=total {
+        publisher
+            .publish("budget/t", &payload, QoS::AtLeastOnce, false, id)
+            .await;
+        let held = memory.held();
+        assert!(
+            held <= BUDGET,
+            "{held} bytes held, over the {BUDGET}-byte budget"
+        );
+    }
+    let refused = memory.refused();
+    assert!(refused > 0, "deliveries past the budget must be refused");
+    let held = memory.held();
+    assert!(
+        held > BUDGET - 2 * (PAYLOAD + 256),
+        "the budget should be used up, {held} bytes held"
+    );
+    let per_delivery =
+        (PAYLOAD + "budget/t".len() + hayate_session::DELIVERY_OVERHEAD_BYTES) as u64;
+    let kept = held as u64 / per_delivery;
+    assert_eq!(kept + refused, 3 * u64::from(total));
+
+    // One session comes back and gets exactly what it kept.
+    let mut back = broker.raw(version).await;
+    let connack = back
+        .connect(connect_packet(version, "offline-1", false))
+        .await;
+    assert!(connack.session_present);
+    let mut received = 0;
+    loop {
+        match back.recv_timeout(Duration::from_millis(500)).await {
+            Received::Packet(Packet::Publish(publish)) => {
+                back.ack(&publish).await;
+                received += 1;
+            }
+            Received::Timeout => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(
+        received > 0 && received < u64::from(total),
+        "received {received}"
+    );
+    // Ending every session returns its charge.
+    drop(back);
+    for name in ["offline-1", "offline-2", "offline-3"] {
+        let mut client = broker.raw(version).await;
+        client.connect(connect_packet(version, name, true)).await;
+        client.send(Packet::Disconnect(Default::default())).await;
+        client.expect_closed().await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(memory.held(), 0, "every charge returned");
 }

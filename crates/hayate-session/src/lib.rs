@@ -10,10 +10,12 @@
 //! caller flushes to whatever transport it has. Routing, subscriptions and authorisation live
 //! in `hayate-core`.
 
+mod budget;
 mod message;
 mod outbuf;
 mod session;
 
+pub use budget::{MemoryBudget, DELIVERY_OVERHEAD_BYTES};
 pub use message::{Delivery, Message, MessageProperties};
 pub use outbuf::OutBuf;
 pub use session::{

@@ -1,5 +1,6 @@
 //! The per-client session state machine.
 
+use crate::budget::{MemoryBudget, DELIVERY_OVERHEAD_BYTES};
 use crate::message::{Delivery, WireForm};
 use crate::outbuf::OutBuf;
 use hayate_codec::{
@@ -7,12 +8,16 @@ use hayate_codec::{
     ProtocolVersion, PubResp, Publish, QoS, ReasonCode,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 use thiserror::Error;
 
 /// Stop filling the output buffer past this many bytes in one `poll_transmit`; the caller
 /// writes and polls again, so one subscriber's backlog never becomes one giant buffer.
 const TRANSMIT_BUDGET_BYTES: usize = 256 * 1024;
+/// While the broker-wide budget is under pressure, a session charged at least this much counts
+/// as congested (its publishers pause while it drains).
+const PRESSURE_CONGESTION_BYTES: usize = 64 * 1024;
 
 /// Limits that bound one session's memory; from the broker's configuration.
 #[derive(Debug, Clone)]
@@ -27,6 +32,9 @@ pub struct SessionLimits {
     pub max_inflight: u16,
     /// Whether QoS 0 messages are queued for a persistent session while its client is offline.
     pub queue_qos0_offline: bool,
+    /// The broker-wide account every session's queued bytes are charged to (none: no global
+    /// limit).
+    pub budget: Option<Arc<MemoryBudget>>,
 }
 
 impl Default for SessionLimits {
@@ -36,6 +44,7 @@ impl Default for SessionLimits {
             max_queued_bytes: 64 * 1024 * 1024,
             max_inflight: 1024,
             queue_qos0_offline: false,
+            budget: None,
         }
     }
 }
@@ -105,6 +114,8 @@ pub enum EnqueueOutcome {
     },
     /// Dropped because the queue is at its message or byte limit.
     DroppedQueueFull,
+    /// Dropped because the broker-wide queued-bytes budget is used up.
+    DroppedBudget,
     /// Dropped: QoS 0 for a client that is offline.
     DroppedOffline,
 }
@@ -151,6 +162,9 @@ pub struct Session {
     pending: VecDeque<Delivery>,
     /// Payload + topic bytes held in `pending` and `inflight`.
     held_bytes: usize,
+    /// What this session has charged to the broker-wide budget (its held bytes plus a fixed
+    /// overhead per held delivery); returned as deliveries leave and when the session drops.
+    charged: usize,
     inflight: HashMap<u16, Outflight>,
     /// Packet ids to send again, in order: filled when a connection attaches.
     resend: VecDeque<u16>,
@@ -174,6 +188,7 @@ impl Session {
             connection: None,
             pending: VecDeque::new(),
             held_bytes: 0,
+            charged: 0,
             inflight: HashMap::new(),
             resend: VecDeque::new(),
             pubrel_out: VecDeque::new(),
@@ -230,9 +245,27 @@ impl Session {
     /// True when the session holds at least half of its message or byte limit. Publishers that
     /// feed an attached, congested session pause reading (back-pressure) while it drains, so
     /// that messages wait in their TCP buffers instead of being dropped here.
+    /// The broker-wide budget counts too: once it is half used, a session holding a noticeable
+    /// share of it is congested as well.
     pub fn is_congested(&self) -> bool {
         self.held_messages() >= self.limits.max_queued_messages / 2
             || self.held_bytes >= self.limits.max_queued_bytes / 2
+            || (self.charged >= PRESSURE_CONGESTION_BYTES
+                && self
+                    .limits
+                    .budget
+                    .as_ref()
+                    .is_some_and(|budget| budget.is_under_pressure()))
+    }
+
+    /// Removes a delivery of `weight` bytes from the held count and returns its charge.
+    fn free(&mut self, weight: usize) {
+        self.held_bytes = self.held_bytes.saturating_sub(weight);
+        let charge = (weight + DELIVERY_OVERHEAD_BYTES).min(self.charged);
+        self.charged -= charge;
+        if let Some(budget) = &self.limits.budget {
+            budget.release(charge);
+        }
     }
 
     /// PUBLISH packets written since the session was created: a waiting publisher checks that
@@ -271,6 +304,13 @@ impl Session {
         {
             return EnqueueOutcome::DroppedQueueFull;
         }
+        let charge = weight + DELIVERY_OVERHEAD_BYTES;
+        if let Some(budget) = &self.limits.budget {
+            if !budget.try_charge(charge) {
+                return EnqueueOutcome::DroppedBudget;
+            }
+        }
+        self.charged += charge;
         let was_idle = self.pending.is_empty();
         self.held_bytes += weight;
         self.pending.push_back(delivery);
@@ -312,7 +352,7 @@ impl Session {
             }
         }
         for delivery in &taken {
-            self.held_bytes = self.held_bytes.saturating_sub(delivery.weight());
+            self.free(delivery.weight());
         }
         taken
     }
@@ -325,6 +365,14 @@ impl Session {
         self.pubrel_out.clear();
         self.inbound_qos2.clear();
         self.held_bytes = 0;
+        self.release_charge();
+    }
+
+    fn release_charge(&mut self) {
+        if let Some(budget) = &self.limits.budget {
+            budget.release(self.charged);
+        }
+        self.charged = 0;
     }
 
     // ----- inbound -------------------------------------------------------------------------
@@ -410,7 +458,7 @@ impl Session {
                 } else {
                     f.state = OutflightState::AwaitPubComp;
                     if let Some(d) = f.delivery.take() {
-                        self.held_bytes = self.held_bytes.saturating_sub(d.weight());
+                        self.free(d.weight());
                     }
                     self.pubrel_out.push_back(PubResp::new(id));
                 }
@@ -447,7 +495,7 @@ impl Session {
     fn release(&mut self, id: u16) {
         if let Some(f) = self.inflight.remove(&id) {
             if let Some(d) = f.delivery {
-                self.held_bytes = self.held_bytes.saturating_sub(d.weight());
+                self.free(d.weight());
             }
         }
     }
@@ -516,12 +564,12 @@ impl Session {
             };
             let weight = delivery.weight();
             if delivery.message.is_expired(now) {
-                self.held_bytes = self.held_bytes.saturating_sub(weight);
+                self.free(weight);
                 report.expired += 1;
                 continue;
             }
             if delivery.qos == QoS::AtMostOnce {
-                self.held_bytes = self.held_bytes.saturating_sub(weight);
+                self.free(weight);
                 match self.write_publish(&conn, &delivery, None, false, now, out) {
                     Ok(()) => report.published += 1,
                     Err(Unsendable::Expired) => report.expired += 1,
@@ -549,7 +597,7 @@ impl Session {
                         );
                     }
                     Err(reason) => {
-                        self.held_bytes = self.held_bytes.saturating_sub(weight);
+                        self.free(weight);
                         match reason {
                             Unsendable::Expired => report.expired += 1,
                             Unsendable::TooLarge => report.too_large += 1,
@@ -666,6 +714,12 @@ impl Session {
         }
         let next = u16::try_from(self.outbound_aliases.len() + 1).ok()?;
         (next <= max).then_some((next, false))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.release_charge();
     }
 }
 

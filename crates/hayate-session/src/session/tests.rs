@@ -246,3 +246,93 @@ fn qos2_outbound_flow() {
     assert!(session.handle_pubcomp(id));
     assert_eq!(session.inflight_len(), 0);
 }
+
+/// The broker-wide budget: sessions sharing it are refused once the sum is used up, get their
+/// charge back as messages are delivered and acknowledged, and return everything when dropped.
+#[test]
+fn shared_budget_is_charged_released_and_enforced_across_sessions() {
+    let now = Instant::now();
+    let per_delivery = "a".len() + b"payload".len() + DELIVERY_OVERHEAD_BYTES;
+    let budget = Arc::new(MemoryBudget::new(per_delivery * 3));
+    let limits = SessionLimits {
+        budget: Some(budget.clone()),
+        ..SessionLimits::default()
+    };
+    let mut first = Session::new(limits.clone());
+    let mut second = Session::new(limits);
+    first.attach(params(ProtocolVersion::V5, 10));
+    second.attach(params(ProtocolVersion::V5, 10));
+    assert!(matches!(
+        first.enqueue(delivery("a", QoS::AtLeastOnce)),
+        EnqueueOutcome::Queued { .. }
+    ));
+    assert!(matches!(
+        first.enqueue(delivery("a", QoS::AtMostOnce)),
+        EnqueueOutcome::Queued { .. }
+    ));
+    assert!(matches!(
+        second.enqueue(delivery("a", QoS::AtLeastOnce)),
+        EnqueueOutcome::Queued { .. }
+    ));
+    assert_eq!(budget.held(), per_delivery * 3);
+    assert_eq!(
+        second.enqueue(delivery("a", QoS::AtMostOnce)),
+        EnqueueOutcome::DroppedBudget
+    );
+    assert_eq!(budget.refused(), 1);
+
+    // QoS 0 leaves the queue when written; QoS 1 stays charged until PUBACK.
+    let packets = drain(&mut first, ProtocolVersion::V5, now);
+    assert_eq!(publish_ids(&packets).len(), 2);
+    assert_eq!(budget.held(), per_delivery * 2);
+    let id = publish_ids(&packets)
+        .into_iter()
+        .find(|(id, _)| *id != 0)
+        .expect("one QoS 1 publish")
+        .0;
+    assert!(first.handle_puback(PacketId::new(id).expect("non-zero")));
+    assert_eq!(budget.held(), per_delivery);
+    assert!(matches!(
+        first.enqueue(delivery("a", QoS::AtMostOnce)),
+        EnqueueOutcome::Queued { .. }
+    ));
+
+    drop(second);
+    drop(first);
+    assert_eq!(budget.held(), 0);
+}
+
+/// Past half of the broker-wide budget, a session holding 64 KiB or more counts as congested
+/// (its publishers pause), even though its own limits are far away.
+#[test]
+fn budget_pressure_makes_large_holders_congested() {
+    let budget = Arc::new(MemoryBudget::new(200 * 1024));
+    let mut session = Session::new(SessionLimits {
+        budget: Some(budget.clone()),
+        ..SessionLimits::default()
+    });
+    session.attach(params(ProtocolVersion::V5, 10));
+    let big = |len: usize| {
+        let message = Message::new(
+            ByteStr::from("t"),
+            Bytes::from(vec![0u8; len]),
+            QoS::AtMostOnce,
+            false,
+            Properties::default(),
+            None,
+            None,
+        );
+        Delivery {
+            message: Arc::new(message),
+            qos: QoS::AtMostOnce,
+            retain: false,
+            subscription_ids: Vec::new(),
+            shared_group: None,
+        }
+    };
+    session.enqueue(big(60 * 1024));
+    assert!(!session.is_congested(), "below half of the budget");
+    session.enqueue(big(50 * 1024));
+    assert!(budget.is_under_pressure());
+    assert!(session.is_congested());
+}
