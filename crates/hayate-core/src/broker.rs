@@ -92,7 +92,7 @@ impl Broker {
     pub(crate) fn publish_will(
         &self,
         cell: &SessionCell,
-        will: PendingWill,
+        will: Box<PendingWill>,
         now: Instant,
         wake: &mut WakeList,
     ) {

@@ -48,7 +48,8 @@ pub struct SessionState {
     /// Session Expiry Interval in seconds in force (0 = ends with the connection).
     pub expiry_interval: u32,
     /// Will of the attached connection, or a disconnected one whose delay has not passed.
-    pub will: Option<PendingWill>,
+    /// Boxed: most sessions have none, and it is large (~0.5 KiB).
+    pub will: Option<Box<PendingWill>>,
     /// When the will is due after a disconnect (v5 Will Delay Interval).
     pub will_due: Option<Instant>,
     /// Set once the session is discarded; a cell in this state is never attached again.

@@ -10,8 +10,9 @@ use hayate_core::{Broker, Channel, Close, ConnectionInfo, OutBuf, WakeList};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -94,6 +95,52 @@ pub(crate) async fn run_connection(
     connection.close(close).await;
 }
 
+/// Socket readiness for the wanted directions: `Ok(true)` when it is readable (or closed for
+/// reading), `Ok(false)` when only writable. A `poll_fn` over this is a few bytes in the task;
+/// `TcpStream::ready` would keep a 136-byte future in every connection's state.
+fn poll_socket(
+    stream: &TcpStream,
+    cx: &mut std::task::Context<'_>,
+    read: bool,
+    write: bool,
+) -> Poll<io::Result<bool>> {
+    if read {
+        match stream.poll_read_ready(cx) {
+            Poll::Ready(Ok(())) => return Poll::Ready(Ok(true)),
+            Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+            Poll::Pending => {}
+        }
+    }
+    if write {
+        match stream.poll_write_ready(cx) {
+            Poll::Ready(Ok(())) => return Poll::Ready(Ok(false)),
+            Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+            Poll::Pending => {}
+        }
+    }
+    Poll::Pending
+}
+
+/// While paused by back-pressure: until the awaited subscriber drains or the re-check interval
+/// passes. Never completes when not paused. The timer and the wait live on the heap, only while
+/// paused: inline they would enlarge every connection's task for a rare state.
+async fn wait_while_paused(drained: Option<Arc<tokio::sync::Notify>>, paused: bool) {
+    if !paused {
+        return std::future::pending().await;
+    }
+    let recheck = Box::pin(tokio::time::sleep(BACKPRESSURE_RECHECK));
+    match drained {
+        Some(drained) => {
+            let notified = Box::pin(drained.notified_owned());
+            tokio::select! {
+                _ = recheck => {}
+                _ = notified => {}
+            }
+        }
+        None => recheck.await,
+    }
+}
+
 impl Connection {
     async fn serve(&mut self, mut shutdown: watch::Receiver<bool>) -> Option<Close> {
         let doorbell = self.channel.doorbell().clone();
@@ -138,24 +185,18 @@ impl Connection {
                 }
                 continue;
             }
-            let mut interest = if backlogged || paused {
-                None
-            } else {
-                Some(Interest::READABLE)
-            };
-            if !self.out.is_empty() {
-                interest = Some(interest.map_or(Interest::WRITABLE, |i| i | Interest::WRITABLE));
-            }
+            let want_read = !(backlogged || paused);
+            let want_write = !self.out.is_empty();
             tokio::select! {
-                ready = self.stream.ready(interest.unwrap_or(Interest::READABLE)), if interest.is_some() => {
-                    let ready = match ready {
-                        Ok(ready) => ready,
-                        Err(_) => return None,
-                    };
-                    if ready.is_readable() || ready.is_read_closed() {
-                        if let Some(close) = self.read_and_process()? {
-                            return Some(close);
+                ready = std::future::poll_fn(|cx| poll_socket(&self.stream, cx, want_read, want_write)), if want_read || want_write => {
+                    match ready {
+                        Ok(true) => {
+                            if let Some(close) = self.read_and_process()? {
+                                return Some(close);
+                            }
                         }
+                        Ok(false) => {}
+                        Err(_) => return None,
                     }
                 }
                 _ = doorbell.notified(), if self.channel.is_connected() && !backlogged => {
@@ -164,8 +205,7 @@ impl Connection {
                         return Some(close);
                     }
                 }
-                _ = async { if let Some(drained) = &drained { drained.notified().await } }, if paused && drained.is_some() => {}
-                _ = tokio::time::sleep(BACKPRESSURE_RECHECK), if paused => {}
+                _ = wait_while_paused(drained, paused) => {}
                 _ = &mut timer => {
                     if paused {
                         // Not reading is our doing, not the client's silence.
@@ -341,5 +381,35 @@ impl Connection {
                 _ => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection's task holds this future for its whole life, idle or not, so its size
+    /// is memory per connection (P6). Guards against a change that quietly puts a large value
+    /// or future into it; move rare state to the heap instead.
+    #[tokio::test]
+    async fn connection_task_state_stays_small() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = TcpStream::connect(addr).await.expect("connect");
+        let config = Config::default();
+        let broker = Broker::new(
+            config.broker.clone(),
+            Arc::new(hayate_core::StaticPolicy::default()),
+            std::time::Instant::now(),
+        );
+        let settings = Arc::new(ConnectionSettings::from_config(&config));
+        let (_shutdown, shutdown_rx) = watch::channel(false);
+        let task = run_connection(client, addr, broker, settings, false, shutdown_rx);
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 1100, "connection future is {size} bytes");
+        let session = std::mem::size_of::<hayate_core::registry::SessionState>();
+        assert!(session <= 512, "SessionState is {session} bytes");
     }
 }

@@ -176,9 +176,11 @@ impl Channel {
             let previous_will = state.will.take();
             let old_will = previous_will
                 .filter(|w| taking_over && w.will.properties.will_delay_interval.unwrap_or(0) == 0);
-            state.will = connect.will.clone().map(|will| PendingWill {
-                will,
-                publisher: cell.id,
+            state.will = connect.will.clone().map(|will| {
+                Box::new(PendingWill {
+                    will,
+                    publisher: cell.id,
+                })
             });
             state.session.attach(params);
             (old_will, old_doorbell.filter(|_| taking_over))
