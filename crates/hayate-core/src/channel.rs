@@ -135,6 +135,11 @@ impl Channel {
         self.cell.as_ref()
     }
 
+    /// The remote address of the connection, when the transport knows it.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.info.peer
+    }
+
     /// The client identifier, once connected.
     pub fn client_id(&self) -> Option<&str> {
         self.client.as_ref().map(|c| &*c.client_id)

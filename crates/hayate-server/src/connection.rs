@@ -53,7 +53,6 @@ impl ConnectionSettings {
 
 struct Connection {
     stream: TcpStream,
-    peer: SocketAddr,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
     channel: Channel,
@@ -81,7 +80,6 @@ pub(crate) async fn run_connection(
     let channel = Channel::new(broker.clone(), info);
     let mut connection = Connection {
         stream,
-        peer,
         broker,
         settings,
         channel,
@@ -153,7 +151,7 @@ impl Connection {
         let mut timer_armed_for_keep_alive = false;
         loop {
             if let Err(error) = self.flush() {
-                tracing::debug!(peer = %self.peer, %error, "write_failed");
+                tracing::debug!(peer = ?self.channel.peer(), %error, "write_failed");
                 return None;
             }
             let backlogged = self.out.len() >= self.settings.max_pending_write_bytes;
@@ -214,13 +212,13 @@ impl Connection {
                         continue;
                     }
                     if !self.channel.is_connected() {
-                        tracing::info!(peer = %self.peer, "connect_timeout");
+                        tracing::info!(peer = ?self.channel.peer(), "connect_timeout");
                         return None;
                     }
                     let deadline = self.keep_alive_deadline();
                     if Instant::now() >= deadline {
                         // [MQTT-3.1.2-24] nothing received for 1.5 × keep alive.
-                        tracing::info!(peer = %self.peer, client_id = ?self.channel.client_id(), "keep_alive_timeout");
+                        tracing::info!(peer = ?self.channel.peer(), client_id = ?self.channel.client_id(), "keep_alive_timeout");
                         return Some(self.channel.close_with(ReasonCode::KEEP_ALIVE_TIMEOUT, "keep_alive_timeout", &mut self.out));
                     }
                     timer.as_mut().reset(deadline);
@@ -308,7 +306,7 @@ impl Connection {
                 }
                 Ok(None) => break,
                 Err(error) => {
-                    tracing::info!(peer = %self.peer, client_id = ?self.channel.client_id(), %error, "malformed_packet");
+                    tracing::info!(peer = ?self.channel.peer(), client_id = ?self.channel.client_id(), %error, "malformed_packet");
                     close = Some(self.channel.decode_error(error, &mut self.out));
                     break;
                 }
@@ -357,7 +355,7 @@ impl Connection {
         self.channel.finish(Instant::now().into_std(), &mut wake);
         wake.iter().for_each(|doorbell| doorbell.notify_one());
         let Some(close) = close else { return };
-        tracing::debug!(peer = %self.peer, reason = %close.reason, event = close.event, "connection_closing");
+        tracing::debug!(peer = ?self.channel.peer(), reason = %close.reason, event = close.event, "connection_closing");
         let deadline = Instant::now() + CLOSE_LINGER;
         let flush = async {
             while !self.out.is_empty() {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
 /// How often delayed wills, session expiry and retained-message expiry are checked.
@@ -45,7 +45,7 @@ impl Server {
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let settings = Arc::new(ConnectionSettings::from_config(&config));
-        let active = Arc::new(AtomicUsize::new(0));
+        let active = Arc::new(LiveConnections::default());
         let mut tasks = JoinSet::new();
         let mut local_addrs = Vec::new();
         for addr in &config.server.listen {
@@ -118,32 +118,30 @@ async fn accept_loop(
     listener: TcpListener,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
-    active: Arc<AtomicUsize>,
+    active: Arc<LiveConnections>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut connections = JoinSet::new();
     let mut last_error_log: Option<tokio::time::Instant> = None;
     loop {
         let accepted: io::Result<(TcpStream, SocketAddr)> = tokio::select! {
             result = listener.accept() => result,
             _ = shutdown.changed() => break,
-            // Reap finished connection tasks so the set does not grow.
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         match accepted {
             Ok((stream, peer)) => {
                 if settings.tcp_nodelay {
                     let _ = stream.set_nodelay(true);
                 }
-                let over_capacity = active.load(Ordering::Relaxed) >= settings.max_connections;
-                active.fetch_add(1, Ordering::Relaxed);
+                let over_capacity = active.count() >= settings.max_connections;
+                let guard = LiveConnections::enter(&active);
                 let broker = broker.clone();
                 let settings = settings.clone();
-                let active = active.clone();
                 let shutdown = shutdown.clone();
-                connections.spawn(async move {
+                // Detached: a JoinSet entry per connection would cost memory for nothing; the
+                // guard counts it and lets shutdown wait for it.
+                tokio::spawn(async move {
+                    let _guard = guard;
                     run_connection(stream, peer, broker, settings, over_capacity, shutdown).await;
-                    active.fetch_sub(1, Ordering::Relaxed);
                 });
             }
             Err(error) => {
@@ -158,7 +156,50 @@ async fn accept_loop(
         }
     }
     // Shutdown: connections got the signal too; wait for them to flush and close.
-    while connections.join_next().await.is_some() {}
+    active.all_closed().await;
+}
+
+/// Live connection tasks of all listeners: the count (for `max_connections`) and a signal when
+/// it reaches zero (for shutdown).
+#[derive(Debug, Default)]
+struct LiveConnections {
+    count: AtomicUsize,
+    none_left: Notify,
+}
+
+/// Held by a connection task; leaving (also by panic) decrements the count.
+struct LiveGuard(Arc<LiveConnections>);
+
+impl LiveConnections {
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn enter(this: &Arc<LiveConnections>) -> LiveGuard {
+        this.count.fetch_add(1, Ordering::Relaxed);
+        LiveGuard(this.clone())
+    }
+
+    async fn all_closed(&self) {
+        loop {
+            let notified = self.none_left.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a last connection leaving in between is seen.
+            notified.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_left.notify_waiters();
+        }
+    }
 }
 
 async fn timer_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {

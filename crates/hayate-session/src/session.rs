@@ -140,6 +140,15 @@ struct Outflight {
     seq: u64,
 }
 
+/// Session state that only some clients use: inbound QoS 2 ids and topic aliases.
+#[derive(Debug, Default)]
+struct RareState {
+    /// Inbound QoS 2 packet ids for which PUBREC was sent and PUBREL is awaited.
+    inbound_qos2: HashSet<u16>,
+    inbound_aliases: HashMap<u16, ByteStr>,
+    outbound_aliases: HashMap<ByteStr, u16>,
+}
+
 /// What a `poll_transmit` call did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TransmitReport {
@@ -172,10 +181,8 @@ pub struct Session {
     pubrel_out: VecDeque<PubResp>,
     next_packet_id: u16,
     next_seq: u64,
-    /// Inbound QoS 2 packet ids for which PUBREC was sent and PUBREL is awaited.
-    inbound_qos2: HashSet<u16>,
-    inbound_aliases: HashMap<u16, ByteStr>,
-    outbound_aliases: HashMap<ByteStr, u16>,
+    /// State only some clients need; allocated on first use so an idle session stays small.
+    rare: Option<Box<RareState>>,
     /// PUBLISH packets written so far; publishers waiting on this session watch it move.
     transmitted: u64,
 }
@@ -194,9 +201,7 @@ impl Session {
             pubrel_out: VecDeque::new(),
             next_packet_id: 1,
             next_seq: 0,
-            inbound_qos2: HashSet::new(),
-            inbound_aliases: HashMap::new(),
-            outbound_aliases: HashMap::new(),
+            rare: None,
             transmitted: 0,
         }
     }
@@ -207,8 +212,10 @@ impl Session {
     /// [MQTT-4.4.0-1] [MQTT-4.4.0-2].
     pub fn attach(&mut self, params: ConnectionParams) {
         self.connection = Some(params);
-        self.inbound_aliases.clear();
-        self.outbound_aliases.clear();
+        if let Some(rare) = &mut self.rare {
+            rare.inbound_aliases.clear();
+            rare.outbound_aliases.clear();
+        }
         self.pubrel_out.clear();
         let mut ids: Vec<(u64, u16)> = self.inflight.iter().map(|(id, f)| (f.seq, *id)).collect();
         ids.sort_unstable();
@@ -363,7 +370,7 @@ impl Session {
         self.inflight.clear();
         self.resend.clear();
         self.pubrel_out.clear();
-        self.inbound_qos2.clear();
+        self.rare = None;
         self.held_bytes = 0;
         self.release_charge();
     }
@@ -394,12 +401,18 @@ impl Session {
                 return Err(SessionError::TopicAliasInvalid);
             }
             if publish.topic.is_empty() {
-                match self.inbound_aliases.get(&alias) {
+                match self
+                    .rare
+                    .as_ref()
+                    .and_then(|r| r.inbound_aliases.get(&alias))
+                {
                     Some(topic) => publish.topic = topic.clone(),
                     None => return Err(SessionError::UnknownTopicAlias),
                 }
             } else {
-                self.inbound_aliases.insert(alias, publish.topic.clone());
+                self.rare()
+                    .inbound_aliases
+                    .insert(alias, publish.topic.clone());
             }
             publish.properties.topic_alias = None;
         } else if publish.topic.is_empty() {
@@ -409,17 +422,18 @@ impl Session {
             let Some(id) = publish.packet_id else {
                 return Ok(InboundPublish::Route);
             };
-            if self.inbound_qos2.contains(&id.get()) {
-                return Ok(InboundPublish::DuplicateQos2);
-            }
             let max = self
                 .connection
                 .as_ref()
                 .map_or(u16::MAX, |c| c.server_receive_maximum);
-            if self.inbound_qos2.len() >= usize::from(max) {
+            let inbound_qos2 = &mut self.rare().inbound_qos2;
+            if inbound_qos2.contains(&id.get()) {
+                return Ok(InboundPublish::DuplicateQos2);
+            }
+            if inbound_qos2.len() >= usize::from(max) {
                 return Err(SessionError::ReceiveMaximumExceeded);
             }
-            self.inbound_qos2.insert(id.get());
+            inbound_qos2.insert(id.get());
         }
         Ok(InboundPublish::Route)
     }
@@ -427,13 +441,21 @@ impl Session {
     /// Forgets an inbound QoS 2 message whose PUBREC was refused (v5 error reason), so the id
     /// can be reused.
     pub fn forget_inbound_qos2(&mut self, id: PacketId) {
-        self.inbound_qos2.remove(&id.get());
+        if let Some(rare) = &mut self.rare {
+            rare.inbound_qos2.remove(&id.get());
+        }
     }
 
     /// PUBREL from the client: returns whether the packet id was awaiting release. The caller
     /// answers PUBCOMP either way (v5 with 0x92 when unknown) [MQTT-4.3.3-11].
     pub fn handle_pubrel(&mut self, id: PacketId) -> bool {
-        self.inbound_qos2.remove(&id.get())
+        self.rare
+            .as_mut()
+            .is_some_and(|rare| rare.inbound_qos2.remove(&id.get()))
+    }
+
+    fn rare(&mut self) -> &mut RareState {
+        self.rare.get_or_insert_with(Default::default)
     }
 
     /// PUBACK from the client: frees the in-flight slot. Returns false for an unknown id.
@@ -701,7 +723,9 @@ impl Session {
         out.put_bytes(message.payload.clone());
         if let Some((alias, false)) = alias {
             // Recorded only once the client has been told, with the full topic, what it means.
-            self.outbound_aliases.insert(message.topic.clone(), alias);
+            self.rare()
+                .outbound_aliases
+                .insert(message.topic.clone(), alias);
         }
         Ok(())
     }
@@ -709,10 +733,11 @@ impl Session {
     /// Returns `(alias, already_known_by_client)` for `topic`; a new alias is offered while the
     /// client's maximum allows and recorded by the caller once it was sent.
     fn outbound_alias(&mut self, topic: &ByteStr, max: u16) -> Option<(u16, bool)> {
-        if let Some(alias) = self.outbound_aliases.get(topic) {
+        let known = self.rare.as_ref().map(|rare| &rare.outbound_aliases);
+        if let Some(alias) = known.and_then(|aliases| aliases.get(topic)) {
             return Some((*alias, true));
         }
-        let next = u16::try_from(self.outbound_aliases.len() + 1).ok()?;
+        let next = u16::try_from(known.map_or(0, HashMap::len) + 1).ok()?;
         (next <= max).then_some((next, false))
     }
 }
