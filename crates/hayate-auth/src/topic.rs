@@ -1,0 +1,144 @@
+//! Topic grammar and matching, as needed by ACL evaluation (kept here so the auth rules do not
+//! depend on the broker's subscription index).
+//!
+//! Semantics follow MQTT and Mosquitto's `mosquitto_topic_matches_sub`: `+` matches one level,
+//! `#` matches the rest including the parent level (`a/#` matches `a`), and a topic whose first
+//! level starts with `$` is matched only by filters whose first level starts with `$`.
+
+/// Longest topic or filter MQTT can carry.
+const MAX_LEN: usize = 65_535;
+
+/// A valid topic *name*: non-empty, no wildcards, no NUL, at most 65 535 bytes.
+pub(crate) fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= MAX_LEN
+        && !topic.bytes().any(|b| b == b'+' || b == b'#' || b == 0)
+}
+
+/// A valid topic *filter*: non-empty, `+` and `#` only as whole levels, `#` only last.
+pub(crate) fn valid_filter(filter: &str) -> bool {
+    if filter.is_empty() || filter.len() > MAX_LEN || filter.contains('\0') {
+        return false;
+    }
+    let mut levels = filter.split('/').peekable();
+    while let Some(level) = levels.next() {
+        let last = levels.peek().is_none();
+        match level {
+            "#" if !last => return false,
+            "#" | "+" => {}
+            _ if level.contains(['+', '#']) => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
+fn is_wildcard(level: &str) -> bool {
+    level == "+" || level == "#"
+}
+
+/// Whether `filter` matches the topic name `topic`. Invalid input never matches.
+pub(crate) fn matches(filter: &str, topic: &str) -> bool {
+    if !valid_filter(filter) || !valid_topic(topic) {
+        return false;
+    }
+    if topic.starts_with('$') != filter.starts_with('$') {
+        return false;
+    }
+    let mut f = filter.split('/');
+    let mut t = topic.split('/');
+    loop {
+        match (f.next(), t.next()) {
+            (Some("#"), _) => return true,
+            (Some("+"), Some(_)) => {}
+            (Some(fl), Some(tl)) if fl == tl => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether every topic matched by `inner` is also matched by `outer` (both filters).
+/// Invalid input is never covered.
+pub(crate) fn covers(outer: &str, inner: &str) -> bool {
+    if !valid_filter(outer) || !valid_filter(inner) {
+        return false;
+    }
+    let outer_first = outer.split('/').next().unwrap_or("");
+    let inner_first = inner.split('/').next().unwrap_or("");
+    // `$` topics are matched only by filters whose first level starts with `$` literally.
+    if inner_first.starts_with('$') && is_wildcard(outer_first) {
+        return false;
+    }
+    if outer_first.starts_with('$') && is_wildcard(inner_first) {
+        return false;
+    }
+    let mut o = outer.split('/');
+    let mut i = inner.split('/');
+    loop {
+        match (o.next(), i.next()) {
+            // `#` covers anything from here on, including the parent level (`a/#` ⊇ `a`).
+            (Some("#"), _) => return true,
+            (None, None) => return true,
+            // `+` covers one level, literal or `+`, but not `#` (which spans several).
+            (Some("+"), Some(il)) if il != "#" => {}
+            (Some(ol), Some(il)) if ol == il && !is_wildcard(ol) => {}
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_validity() {
+        for ok in [
+            "a", "a/b", "+", "#", "a/+/c", "a/#", "/", "+/+", "$SYS/#", "a//b",
+        ] {
+            assert!(valid_filter(ok), "{ok}");
+        }
+        for bad in ["", "a/#/b", "a+", "a/b#", "#/a", "a/+b/c", "x\0"] {
+            assert!(!valid_filter(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn matching() {
+        assert!(matches("a/b", "a/b"));
+        assert!(!matches("a/b", "a/c"));
+        assert!(matches("a/+", "a/b"));
+        assert!(!matches("a/+", "a/b/c"));
+        assert!(matches("a/+", "a/"));
+        assert!(matches("a/#", "a"));
+        assert!(matches("a/#", "a/b/c"));
+        assert!(matches("#", "a/b"));
+        assert!(!matches("#", "$SYS/x"));
+        assert!(!matches("+/x", "$SYS/x"));
+        assert!(matches("$SYS/#", "$SYS/x"));
+        assert!(
+            !matches("a/b", "a/+"),
+            "wildcards in topic names never match"
+        );
+        assert!(!matches("a/#/b", "a/x/b"), "invalid filters never match");
+        assert!(matches("+/+", "/"));
+    }
+
+    #[test]
+    fn covering() {
+        assert!(covers("a/#", "a/+/c"));
+        assert!(covers("a/#", "a/#"));
+        assert!(covers("a/#", "a"));
+        assert!(covers("#", "#"));
+        assert!(covers("+/b", "x/b"));
+        assert!(covers("+/b", "+/b"));
+        assert!(!covers("a/+", "a/#"));
+        assert!(!covers("a/b", "a/+"));
+        assert!(!covers("a", "a/#"));
+        assert!(!covers("a/+/#", "a/#"));
+        assert!(!covers("#", "$SYS/#"));
+        assert!(covers("$SYS/#", "$SYS/broker/+"));
+        assert!(!covers("$SYS/#", "+/broker"));
+    }
+}
