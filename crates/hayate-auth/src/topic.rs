@@ -141,4 +141,50 @@ mod tests {
         assert!(covers("$SYS/#", "$SYS/broker/+"));
         assert!(!covers("$SYS/#", "+/broker"));
     }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn filter() -> impl Strategy<Value = String> {
+            "(\\$s|a|b|\\+)(/(a|b|\\+)){0,3}(/#)?|#"
+        }
+
+        fn topic_name() -> impl Strategy<Value = String> {
+            "(\\$s|a|b|c)(/(a|b|c)){0,4}"
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+            /// `covers(outer, inner)` is sound: every topic matched by `inner` is matched by `outer`.
+            #[test]
+            fn covers_is_sound(outer in filter(), inner in filter(), topics in prop::collection::vec(topic_name(), 1..30)) {
+                if covers(&outer, &inner) {
+                    for t in &topics {
+                        if matches(&inner, t) {
+                            prop_assert!(matches(&outer, t), "{outer} covers {inner} but not {t}");
+                        }
+                    }
+                }
+            }
+
+            /// A filter without wildcards is covered exactly when it is matched as a topic.
+            #[test]
+            fn covers_literal_is_matches(outer in filter(), t in topic_name()) {
+                prop_assert_eq!(covers(&outer, &t), matches(&outer, &t));
+            }
+
+            /// Every filter covers itself.
+            #[test]
+            fn covers_is_reflexive(f in filter()) {
+                prop_assert!(covers(&f, &f));
+            }
+
+            #[test]
+            fn never_panics(a in any::<String>(), b in any::<String>()) {
+                let _ = (valid_topic(&a), valid_filter(&a), matches(&a, &b), covers(&a, &b));
+            }
+        }
+    }
 }
