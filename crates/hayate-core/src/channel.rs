@@ -59,7 +59,8 @@ pub struct Channel {
     phase: Phase,
     version: ProtocolVersion,
     cell: Option<Arc<SessionCell>>,
-    client: Option<ClientInfo>,
+    /// Who the client is, once connected (boxed: most of a connection's life it is only read).
+    client: Option<Box<ClientInfo>>,
     keep_alive: u16,
     /// Publish the will when the connection ends: true unless the client sent DISCONNECT
     /// (v5: other than 0x04) [MQTT-3.1.2-8] [MQTT-3.1.2-10].

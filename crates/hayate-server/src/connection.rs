@@ -9,12 +9,13 @@ use hayate_core::stats::Stats;
 use hayate_core::{Broker, Channel, Close, ConnectionInfo, OutBuf, WakeList};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How often a connection paused by back-pressure re-checks on its own (it is normally woken
@@ -71,7 +72,7 @@ pub(crate) async fn run_connection(
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
     over_capacity: bool,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Arc<ShutdownSignal>,
 ) {
     let info = ConnectionInfo {
         peer: Some(peer),
@@ -89,8 +90,36 @@ pub(crate) async fn run_connection(
         last_read: Instant::now(),
         input_pending: false,
     };
-    let close = connection.serve(shutdown).await;
+    let close = connection.serve(&shutdown).await;
     connection.close(close).await;
+}
+
+/// Server shutdown as connections see it: a flag and a wake-up. Every connection's task holds
+/// the wait for its whole life, and this one is half the size of a `watch::Receiver::changed`.
+#[derive(Debug, Default)]
+pub(crate) struct ShutdownSignal {
+    started: AtomicBool,
+    notify: Notify,
+}
+
+impl ShutdownSignal {
+    /// Starts shutdown for every connection waiting on this signal, now or later.
+    pub fn trigger(&self) {
+        self.started.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// Completes once shutdown has started.
+    async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read, so a trigger in between is not missed.
+        notified.as_mut().enable();
+        if self.started.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
+    }
 }
 
 /// Socket readiness for the wanted directions: `Ok(true)` when it is readable (or closed for
@@ -140,7 +169,7 @@ async fn wait_while_paused(drained: Option<Arc<tokio::sync::Notify>>, paused: bo
 }
 
 impl Connection {
-    async fn serve(&mut self, mut shutdown: watch::Receiver<bool>) -> Option<Close> {
+    async fn serve(&mut self, shutdown: &ShutdownSignal) -> Option<Close> {
         let doorbell = self.channel.doorbell().clone();
         // One timer per connection: the connect timeout, then the keep-alive deadline. It is
         // not moved on every read; when it fires early (traffic arrived since it was set) it is
@@ -223,7 +252,7 @@ impl Connection {
                     }
                     timer.as_mut().reset(deadline);
                 }
-                _ = shutdown.changed() => {
+                _ = shutdown.wait() => {
                     return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, "server_shutdown", &mut self.out));
                 }
             }
@@ -403,10 +432,10 @@ mod tests {
             std::time::Instant::now(),
         );
         let settings = Arc::new(ConnectionSettings::from_config(&config));
-        let (_shutdown, shutdown_rx) = watch::channel(false);
-        let task = run_connection(client, addr, broker, settings, false, shutdown_rx);
+        let shutdown = Arc::new(ShutdownSignal::default());
+        let task = run_connection(client, addr, broker, settings, false, shutdown);
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 1100, "connection future is {size} bytes");
+        assert!(size <= 960, "connection future is {size} bytes");
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 512, "SessionState is {session} bytes");
     }

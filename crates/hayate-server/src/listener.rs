@@ -2,7 +2,7 @@
 //! and `$SYS` tasks, shut down.
 
 use crate::config::Config;
-use crate::connection::{run_connection, ConnectionSettings};
+use crate::connection::{run_connection, ConnectionSettings, ShutdownSignal};
 use hayate_core::{Broker, WakeList};
 use std::io;
 use std::net::SocketAddr;
@@ -121,6 +121,7 @@ async fn accept_loop(
     active: Arc<LiveConnections>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let connections_shutdown = Arc::new(ShutdownSignal::default());
     let mut last_error_log: Option<tokio::time::Instant> = None;
     loop {
         let accepted: io::Result<(TcpStream, SocketAddr)> = tokio::select! {
@@ -136,7 +137,7 @@ async fn accept_loop(
                 let guard = LiveConnections::enter(&active);
                 let broker = broker.clone();
                 let settings = settings.clone();
-                let shutdown = shutdown.clone();
+                let shutdown = connections_shutdown.clone();
                 // Detached: a JoinSet entry per connection would cost memory for nothing; the
                 // guard counts it and lets shutdown wait for it.
                 tokio::spawn(async move {
@@ -155,7 +156,8 @@ async fn accept_loop(
             }
         }
     }
-    // Shutdown: connections got the signal too; wait for them to flush and close.
+    // Shutdown: tell this listener's connections, wait for them to flush and close.
+    connections_shutdown.trigger();
     active.all_closed().await;
 }
 

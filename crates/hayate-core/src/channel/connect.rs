@@ -193,7 +193,7 @@ impl Channel {
         }
 
         self.cell = Some(cell);
-        self.client = Some(client);
+        self.client = Some(Box::new(client));
         self.phase = Phase::Connected;
         self.broker.stats.client_connected();
 
