@@ -896,4 +896,59 @@ mod tests {
         assert!(hash_plaintext(&out, HashScheme::Pbkdf2Sha512).is_err());
         assert!(hash_plaintext("u1:\n", HashScheme::Pbkdf2Sha512).is_err());
     }
+
+    #[test]
+    fn scram_sha512_login_against_mosquitto_passwd_entry() {
+        use crate::scram::tests::client_final_for;
+        use crate::scram::{ScramServer, ScramStep};
+        // The committed file made by mosquitto_passwd 2.0.11; alice's password is "secret".
+        let pf =
+            PasswordFile::parse(include_str!("../tests/fixtures/mosquitto-2.0.11.passwd")).unwrap();
+        let creds = pf.scram_sha512_credentials("alice").unwrap();
+        let PasswordHash::Pbkdf2Sha512 {
+            salt, iterations, ..
+        } = pf.get("alice").unwrap()
+        else {
+            panic!("alice has a $7$ entry")
+        };
+        // Same keys as deriving SCRAM-SHA-512 credentials from the password itself.
+        assert_eq!(
+            creds,
+            ScramCredentials::from_password(
+                Mechanism::ScramSha512,
+                b"secret",
+                salt.clone(),
+                *iterations
+            )
+        );
+        // $6$ entries cannot be used for SCRAM.
+        assert!(pf.scram_sha512_credentials("legacy").is_none());
+
+        for (password, ok) in [(&b"secret"[..], true), (&b"Secret"[..], false)] {
+            let mut server = ScramServer::new(Mechanism::ScramSha512, |u: &str| {
+                pf.scram_sha512_credentials(u)
+            });
+            let bare = "n=alice,r=fyko+d2lbbFgONRv9qkxdawL";
+            let ScramStep::Continue(sf) = server.step(format!("n,,{bare}").as_bytes()).unwrap()
+            else {
+                panic!("expected server-first")
+            };
+            let sf = String::from_utf8(sf).unwrap();
+            assert!(sf.ends_with(",i=101"), "{sf}");
+            let (cf, expected_final) =
+                client_final_for(Mechanism::ScramSha512, password, bare, &sf, "n,,");
+            let result = server.step(cf.as_bytes());
+            if ok {
+                assert_eq!(
+                    result.unwrap(),
+                    ScramStep::Success {
+                        server_final: expected_final.into_bytes(),
+                        username: "alice".into()
+                    }
+                );
+            } else {
+                assert_eq!(result, Err(crate::scram::ScramError::InvalidProof));
+            }
+        }
+    }
 }
