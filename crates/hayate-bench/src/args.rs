@@ -227,6 +227,21 @@ pub struct FanInArgs {
     /// default: as fast as possible within the window (closed loop).
     #[arg(long, value_name = "PER_S")]
     pub rate: Option<f64>,
+    /// Open loop with a rate that changes over time: phases SECONDS@RATE (total messages/s;
+    /// `k`/`M` suffixes allowed), run in order, e.g. `60@300000,30@50000` (3× capacity for a
+    /// minute, then 50%). Replaces --rate, --messages and --duration: the run lasts the sum of
+    /// the phases. Reports per phase the offered, sent and delivered rates, messages left
+    /// unsent when the phase ended (publishers held back by back-pressure), loss, latency
+    /// p50/p99/p99.9 by intended send time and the broker's peak RSS, and after each rate
+    /// decrease the recovery time: until the per-interval delivered rate is within 10% of the
+    /// offered rate and the per-interval p99 under the threshold (see --recovery-p99-ms), for
+    /// 3 s in a row.
+    #[arg(long, value_name = "S@RATE,...")]
+    pub rate_schedule: Option<String>,
+    /// With --rate-schedule: the per-interval p99 latency (ms) under which latency counts as
+    /// recovered; default: twice the p99 of the last phase's second half, at least 1 ms.
+    #[arg(long, value_name = "MS")]
+    pub recovery_p99_ms: Option<f64>,
     /// Most messages written to one connection in one write.
     #[arg(long, default_value_t = 16)]
     pub batch: u64,

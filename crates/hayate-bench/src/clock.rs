@@ -120,6 +120,43 @@ impl Schedule {
     }
 }
 
+/// One phase of a sender's open-loop pacing: the phase's messages, numbered from 0 within it,
+/// follow `schedule` until the phase ends at `end` (ns since the epoch; `u64::MAX`: no end).
+/// `count` messages fall into the phase; those not sent when it ends are abandoned (a
+/// rate-schedule run counts them as unsent).
+#[derive(Debug, Clone, Copy)]
+pub struct PacePhase {
+    /// The phase's schedule (its `start` is the first message's intended time).
+    pub schedule: Schedule,
+    /// End of the phase, ns since the epoch.
+    pub end: u64,
+    /// Messages intended before `end` (`u64::MAX` without an end).
+    pub count: u64,
+}
+
+impl PacePhase {
+    /// The phase of `schedule` ending at `end`.
+    pub fn new(schedule: Schedule, end: u64) -> PacePhase {
+        let count = if end == u64::MAX {
+            u64::MAX
+        } else if end > schedule.start {
+            schedule.due(end - 1)
+        } else {
+            0
+        };
+        PacePhase {
+            schedule,
+            end,
+            count,
+        }
+    }
+
+    /// Messages of the phase due at `now` (phase-local numbering, at most `count`).
+    pub fn due(&self, now: u64) -> u64 {
+        self.schedule.due(now).min(self.count)
+    }
+}
+
 /// A timer thread with sub-millisecond precision for fixed-rate senders.
 ///
 /// tokio's timer wheel has a 1 ms tick, so a task sleeping until a message's intended send
@@ -244,6 +281,25 @@ fn timer_thread(shared: &TimerShared, clock: Clock) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pace_phase_counts_the_messages_intended_before_its_end() {
+        // 1000/s from 0 to 1 s: messages 0..1000, the last one intended at 999 ms.
+        let p = PacePhase::new(Schedule::new(0, 1000.0), 1_000_000_000);
+        assert_eq!(p.count, 1000);
+        assert!(p.schedule.intended(p.count - 1) < p.end);
+        assert!(p.schedule.intended(p.count) >= p.end);
+        assert_eq!(p.due(u64::MAX / 2), 1000);
+        assert_eq!(p.due(0), 1);
+        // Offset start (a worker's stagger), fractional period.
+        let mut s = Schedule::new(0, 3.0);
+        s.start = 100;
+        let p = PacePhase::new(s, 1_000_000_000);
+        assert_eq!(p.count, 3);
+        // A phase that ends before its first message has none; no end: unbounded.
+        assert_eq!(PacePhase::new(s, 50).count, 0);
+        assert_eq!(PacePhase::new(s, u64::MAX).count, u64::MAX);
+    }
 
     #[tokio::test]
     async fn precision_timer_wakes_on_time() {

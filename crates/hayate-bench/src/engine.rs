@@ -4,8 +4,9 @@
 //! [`PartReport`] at the end.
 
 use crate::client::{connect, ClientConfig, Conn, TopicTemplate};
-use crate::clock::{Clock, PrecisionTimer, Schedule};
+use crate::clock::{Clock, PacePhase, PrecisionTimer, Schedule};
 use crate::payload;
+use crate::rate_schedule::{self, RatePhase};
 use crate::stats::{coarse_histogram, hist_to_base64, Credit, CreditHook, Recorder, RecorderWire};
 use hayate_codec::{encode_publish_header, Packet, PacketId, Properties, PubResp, QoS};
 use parking_lot::Mutex;
@@ -97,6 +98,10 @@ pub struct PublishSpec {
     pub duration_ns: Option<u64>,
     /// Fixed rate of this part (open loop), messages/s.
     pub rate: Option<f64>,
+    /// Rate schedule of this part (open loop, the part's share of each phase's rate); when
+    /// not empty it replaces `rate` and the part sends for the sum of the phases.
+    #[serde(default)]
+    pub phases: Vec<RatePhase>,
     /// Most messages per write.
     pub batch: u64,
     /// Unacknowledged QoS 1/2 messages per connection.
@@ -132,6 +137,9 @@ pub struct SubscribeSpec {
     pub warmup_ns: u64,
     /// Bytes to reserve per read.
     pub read_chunk: usize,
+    /// Rate schedule: phase boundaries after go, ns (`[0, d1, d1+d2, ...]`); empty otherwise.
+    #[serde(default)]
+    pub phase_offsets_ns: Vec<u64>,
 }
 
 /// Live counters of a part (mirrored from worker processes every 100 ms).
@@ -220,6 +228,27 @@ pub struct ProcSample {
     pub rss: u64,
 }
 
+/// What the publishers of a part did in one phase of a rate schedule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSend {
+    /// Messages the schedule had due in the phase.
+    pub offered: u64,
+    /// Of those, messages written (the rest was abandoned when the phase ended).
+    pub sent: u64,
+    /// Messages written during the phase's window (by actual send time, whatever phase they
+    /// were intended in).
+    pub sent_in_window: u64,
+}
+
+impl PhaseSend {
+    /// Adds another part's or worker's figures.
+    pub fn add(&mut self, other: &PhaseSend) {
+        self.offered += other.offered;
+        self.sent += other.sent;
+        self.sent_in_window += other.sent_in_window;
+    }
+}
+
 /// Everything a part measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PartReport {
@@ -255,6 +284,9 @@ pub struct PartReport {
     pub disconnect_end_ns: u64,
     /// Samples of the worker process itself (remote parts only).
     pub process: Vec<ProcSample>,
+    /// Rate schedule: per phase.
+    #[serde(default)]
+    pub phases: Vec<PhaseSend>,
 }
 
 /// Part → coordinator events.
@@ -502,6 +534,7 @@ struct WorkerOut {
     first_ns: Option<u64>,
     last_ns: Option<u64>,
     stalls: u64,
+    phases: Vec<PhaseSend>,
     conns: Vec<PubConn>,
 }
 
@@ -514,7 +547,12 @@ struct WorkerCtx {
     cycle_topics: Vec<u64>,
     max_inflight: u64,
     batch: u64,
-    schedule: Option<Schedule>,
+    /// Open loop: the pacing phases (one for `--rate`, one per phase of a rate schedule);
+    /// empty: closed loop.
+    pacing: Vec<PacePhase>,
+    /// Rate schedule: the phases' windows (`[start0, start1, ..., end]`), for the achieved
+    /// send rate by actual send time; empty otherwise.
+    phase_bounds: Vec<u64>,
     quota: u64,
     deadline: u64,
     warmup_end: u64,
@@ -594,9 +632,20 @@ async fn run_publishers(
         });
     }
     let total = p.messages.unwrap_or(u64::MAX);
-    let deadline = p.duration_ns.map_or(u64::MAX, |d| go + d);
+    let phase_bounds: Vec<u64> = if p.phases.is_empty() {
+        Vec::new()
+    } else {
+        rate_schedule::offsets_ns(&p.phases)
+            .iter()
+            .map(|o| go + o)
+            .collect()
+    };
+    let deadline = match phase_bounds.last() {
+        Some(&end) => end,
+        None => p.duration_ns.map_or(u64::MAX, |d| go + d),
+    };
     // Fixed-rate senders wake on a precise timer thread (see `PrecisionTimer`).
-    let timer = if p.rate.is_some() {
+    let timer = if p.rate.is_some() || !p.phases.is_empty() {
         PrecisionTimer::start(clock).ok().map(Arc::new)
     } else {
         None
@@ -610,12 +659,29 @@ async fn run_publishers(
         } else {
             total / workers + u64::from(w < total % workers)
         };
-        let schedule = p.rate.map(|r| {
-            let per_worker = r / workers as f64;
-            let mut s = Schedule::new(go, per_worker);
-            s.start = go + (w as f64 * 1e9 / r) as u64;
+        // Worker w's messages are staggered by w periods of the part's total rate.
+        let worker_schedule = |start: u64, r: f64| {
+            let mut s = Schedule::new(start, r / workers as f64);
+            s.start = start + (w as f64 * 1e9 / r) as u64;
             s
-        });
+        };
+        let pacing: Vec<PacePhase> = if p.phases.is_empty() {
+            p.rate
+                .map(|r| PacePhase::new(worker_schedule(go, r), u64::MAX))
+                .into_iter()
+                .collect()
+        } else {
+            p.phases
+                .iter()
+                .enumerate()
+                .map(|(i, ph)| {
+                    PacePhase::new(
+                        worker_schedule(phase_bounds[i], ph.rate_per_s),
+                        phase_bounds[i + 1],
+                    )
+                })
+                .collect()
+        };
         let receive_max = group
             .iter()
             .map(|c| u64::from(c.conn.receive_maximum))
@@ -643,7 +709,8 @@ async fn run_publishers(
             cycle_topics,
             max_inflight: p.inflight.max(1).min(receive_max),
             batch: p.batch.max(1),
-            schedule,
+            pacing,
+            phase_bounds: phase_bounds.clone(),
             quota,
             deadline,
             warmup_end: go + p.warmup_ns,
@@ -663,6 +730,12 @@ async fn run_publishers(
         report.counted += out.counted;
         report.acked += out.acked;
         report.window_stalls += out.stalls;
+        if report.phases.len() < out.phases.len() {
+            report.phases.resize(out.phases.len(), PhaseSend::default());
+        }
+        for (total, one) in report.phases.iter_mut().zip(&out.phases) {
+            total.add(one);
+        }
         for (k, v) in out.errors {
             *report.publish_errors.entry(k).or_default() += v;
         }
@@ -937,6 +1010,17 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
         first_ns: None,
         last_ns: None,
         stalls: 0,
+        phases: if ctx.phase_bounds.is_empty() {
+            Vec::new()
+        } else {
+            ctx.pacing
+                .iter()
+                .map(|p| PhaseSend {
+                    offered: p.count,
+                    ..PhaseSend::default()
+                })
+                .collect()
+        },
         conns: Vec::new(),
     };
     let props = Properties::default();
@@ -947,18 +1031,37 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
     let clock = ctx.clock;
     let _ = ctx.worker;
     let mut blocked: Option<(u64, u64)> = None;
+    // Open loop: the current pacing phase and the value of `k` when it began (messages of a
+    // phase are numbered from 0 within it).
+    let mut phase = 0usize;
+    let mut phase_k0 = 0u64;
     while k < ctx.quota && alive > 0 {
         let now = clock.now_ns();
         if now >= ctx.deadline {
             break;
         }
-        // How many messages may go now.
-        let mut allowance = match ctx.schedule {
-            Some(s) => {
-                let due = s.due(now).min(ctx.quota);
+        // A phase that ended is over: what of it was not sent yet is abandoned (it stays in
+        // `offered - sent` of that phase) and the next phase starts on its own schedule, so a
+        // sender that fell behind does not carry the backlog into it.
+        while phase + 1 < ctx.pacing.len() && now >= ctx.pacing[phase].end {
+            phase += 1;
+            phase_k0 = k;
+        }
+        // How many messages may go now. A sender behind its schedule catches up at most
+        // `--batch` messages per write, within the in-flight bound, as fast as the socket
+        // takes them (the broker's back-pressure slows it; latency from the intended send
+        // time shows the lag).
+        let mut allowance = match ctx.pacing.get(phase) {
+            Some(ph) => {
+                let due = (phase_k0 + ph.due(now)).min(ctx.quota);
                 if due <= k {
-                    let wake = s.intended(k).min(ctx.deadline);
-                    idle(&mut conns, &mut out, &ctx, wake, None).await;
+                    let local = k - phase_k0;
+                    let next = if local < ph.count {
+                        ph.schedule.intended(local)
+                    } else {
+                        ph.end
+                    };
+                    idle(&mut conns, &mut out, &ctx, next.min(ctx.deadline), None).await;
                     alive = count_alive(&conns, &ctx, alive);
                     continue;
                 }
@@ -1020,7 +1123,7 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
             }
             allowance = allowance.min(ctx.max_inflight - c.inflight);
         }
-        if ctx.schedule.is_none() {
+        if ctx.pacing.is_empty() {
             // Claim the credit atomically: concurrent workers must not overrun the window.
             let mut claim = 0;
             let claimed = ctx
@@ -1043,7 +1146,10 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
         let sent_ns = clock.now_ns();
         let mut counted = 0;
         for _ in 0..allowance {
-            let intended = ctx.schedule.map_or(sent_ns, |s| s.intended(k));
+            let intended = match ctx.pacing.get(phase) {
+                Some(ph) => ph.schedule.intended(k - phase_k0),
+                None => sent_ns,
+            };
             let (stream, seq) = match &ctx.plan {
                 TopicPlan::Cycle { .. } if !ctx.cycle_topics.is_empty() => {
                     let n = ctx.cycle_topics.len() as u64;
@@ -1108,7 +1214,13 @@ async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> WorkerOut {
         }
         out.sent += allowance;
         out.counted += counted;
-        if ctx.schedule.is_some() {
+        if let Some(ps) = out.phases.get_mut(phase) {
+            ps.sent += allowance;
+        }
+        if let Some(w) = rate_schedule::phase_of(&ctx.phase_bounds, sent_ns) {
+            out.phases[w].sent_in_window += allowance;
+        }
+        if !ctx.pacing.is_empty() {
             ctx.live.sent.fetch_add(allowance, Ordering::Relaxed);
         }
         ctx.live.counted.fetch_add(counted, Ordering::Relaxed);
@@ -1143,6 +1255,7 @@ struct RecvCtx {
     clock: Clock,
     live: Arc<PartLive>,
     read_chunk: usize,
+    phase_offsets: Vec<u64>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1222,6 +1335,7 @@ async fn run_receivers(
         clock,
         live: ctrl.live.clone(),
         read_chunk: s.map_or(64, |s| s.read_chunk),
+        phase_offsets: s.map_or(Vec::new(), |s| s.phase_offsets_ns.clone()),
     });
     let mut set = JoinSet::new();
     for (id, conn) in conns {
@@ -1328,6 +1442,9 @@ async fn receive_loop(
                 if !rec.warmup_set() {
                     if let Some(go) = *ctx.go.borrow() {
                         rec.set_warmup_end(go + ctx.warmup_ns);
+                        if !ctx.phase_offsets.is_empty() {
+                            rec.set_phases(ctx.phase_offsets.iter().map(|o| go + o).collect());
+                        }
                     }
                 }
                 for &(key, seq, intended, sent) in &batch {

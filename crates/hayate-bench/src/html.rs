@@ -5,8 +5,10 @@
 
 use crate::compare::METRICS;
 use crate::error::{BenchError, Result};
-use crate::report::{bytes, micros, num};
-use crate::results::{BenchResult, CompareResult, LatencySummary, MachineInfo, TimePoint};
+use crate::report::{bytes, micros, num, recovery_text, schedule_config_text, threshold_text};
+use crate::results::{
+    BenchResult, CompareResult, LatencySummary, MachineInfo, RateScheduleStats, TimePoint,
+};
 use crate::stats::hist_from_base64;
 use crate::svg::{esc, nines, BarChart, BarSeries, Format, LineChart, Scale, Series, PALETTE};
 use std::fmt::Write as _;
@@ -207,11 +209,91 @@ pub fn throughput_over_time(r: &BenchResult) -> Option<LineChart> {
                 points: rate(|p| p.received),
                 dashed: true,
             },
-        ],
+        ]
+        .into_iter()
+        .chain(
+            r.rate_schedule
+                .as_ref()
+                .map(|rs| offered_series(rs, ts, every)),
+        )
+        .collect(),
         width: 720.0,
         height: 320.0,
     };
     (!chart.is_empty()).then_some(chart)
+}
+
+/// A rate schedule's offered rate at each time series point (the phase holding the interval;
+/// none outside the schedule).
+fn offered_series(rs: &RateScheduleStats, ts: &[TimePoint], every: f64) -> Series {
+    let points = (0..ts.len())
+        .map(|i| {
+            let mid = ts[i].t_s - interval_of(ts, i, every) / 2.0;
+            let rate = rs
+                .phases
+                .iter()
+                .find(|p| mid >= p.start_s && mid < p.start_s + p.duration_s)
+                .map(|p| p.offered_rate_per_s);
+            (ts[i].t_s, rate)
+        })
+        .collect();
+    Series {
+        name: "offered".into(),
+        color: PALETTE[6].into(),
+        points,
+        dashed: true,
+    }
+}
+
+/// The per-phase table of a rate-schedule run.
+fn schedule_html(rs: &RateScheduleStats) -> String {
+    let mut o = String::from("<h2>Rate schedule</h2>\n");
+    let _ = writeln!(
+        o,
+        "<p class=\"sub\">Per phase: rates are per second over the phase (sent and delivered by actual time), unsent = due in the phase but not written by its end (publishers held back), lost and latency are of the messages intended in the phase (latency from the intended send time). Recovery, after a rate decrease: {}.</p>",
+        esc(&threshold_text(rs))
+    );
+    o.push_str("<table class=\"phases\"><tr><th class=\"num\">phase</th><th class=\"num\">start</th><th class=\"num\">length</th><th class=\"num\">offered/s</th><th class=\"num\">sent/s</th><th class=\"num\">unsent</th><th class=\"num\">delivered/s</th><th class=\"num\">lost</th><th class=\"num\">p50</th><th class=\"num\">p99</th><th class=\"num\">p99.9</th><th class=\"num\">broker RSS max</th><th>recovery</th></tr>\n");
+    for (i, p) in rs.phases.iter().enumerate() {
+        let lat = |f: fn(&LatencySummary) -> f64| {
+            p.latency
+                .as_ref()
+                .map_or("-".into(), |l| esc(&micros(f(l))))
+        };
+        let class = |bad: bool| if bad { "bad" } else { "good" };
+        let recovery = match &p.recovery {
+            Some(r) => {
+                let threshold = rs.recovery_threshold_p99_us.is_some();
+                format!(
+                    "<span class=\"{}\">{}</span>",
+                    class(r.recovery_s.is_none()),
+                    esc(&recovery_text(r, threshold))
+                )
+            }
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{:.1} s</td><td class=\"num\">{:.1} s</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\"><span class=\"{}\">{} ({:.2}%)</span></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{recovery}</td></tr>",
+            i + 1,
+            p.start_s,
+            p.duration_s,
+            num(p.offered_rate_per_s),
+            num(p.send_rate_per_s),
+            num(p.unsent as f64),
+            num(p.delivered_rate_per_s),
+            class(p.lost > 0),
+            num(p.lost as f64),
+            p.loss_percent,
+            lat(|l| l.p50_us),
+            lat(|l| l.p99_us),
+            lat(|l| l.p999_us),
+            p.broker_rss_max_bytes
+                .map_or("-".into(), |b| bytes(b as f64)),
+        );
+    }
+    o.push_str("</table>\n");
+    o
 }
 
 /// Connections established over time.
@@ -457,6 +539,13 @@ fn config_text(r: &BenchResult) -> String {
     match (c.pacing.as_deref(), c.rate_per_s, c.window) {
         (Some("fixed-rate"), Some(rate), _) => {
             let _ = write!(cfg, ", fixed rate {} msg/s", num(rate));
+        }
+        (Some("rate-schedule"), _, _) => {
+            let _ = write!(
+                cfg,
+                ", rate schedule {}",
+                schedule_config_text(c.rate_schedule.as_deref().unwrap_or_default())
+            );
         }
         (Some(_), _, Some(w)) => {
             let _ = write!(cfg, ", closed loop (window {})", num(w as f64));
@@ -720,6 +809,9 @@ pub fn run_report(r: &BenchResult) -> String {
     }
     if !lat.is_empty() {
         b.push_str(&latency_table(&lat));
+    }
+    if let Some(rs) = &r.rate_schedule {
+        b.push_str(&schedule_html(rs));
     }
     b.push_str(&warnings_html(&r.warnings));
     b.push_str("<h2>Charts</h2>\n<div class=\"charts\">\n");

@@ -11,6 +11,8 @@
 //!   clock shared by all processes of the run ([`clock`]);
 //! - fixed-rate runs measure latency from the intended send time (coordinated-omission
 //!   corrected); closed-loop runs keep the senders at most a window ahead of the receiver;
+//!   `fan-in --rate-schedule` changes the offered rate by phase and reports each phase and the
+//!   recovery after a rate decrease ([`rate_schedule`]);
 //! - clients are async on a few runtime threads; PUBLISH packets are encoded into reused
 //!   per-connection buffers (`encode_publish_header` + payload) and written in batches;
 //! - past ~15k connections the run spreads over worker processes ([`multiproc`]) and merges
@@ -30,6 +32,7 @@ pub mod html;
 pub mod multiproc;
 pub mod payload;
 pub mod procstat;
+pub mod rate_schedule;
 pub mod report;
 pub mod results;
 pub mod scenario;

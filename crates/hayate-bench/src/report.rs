@@ -5,7 +5,9 @@
 use crate::clock::Clock;
 use crate::engine::PartLive;
 use crate::procstat::SampleLog;
-use crate::results::{BenchResult, CompareResult, LatencySummary, TimePoint};
+use crate::results::{
+    BenchResult, CompareResult, LatencySummary, RateScheduleStats, RecoveryStats, TimePoint,
+};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -121,6 +123,13 @@ pub fn summary_text(r: &BenchResult) -> String {
             ("fixed-rate", Some(rate), _) => {
                 let _ = write!(cfg, ", fixed rate {}/s", num(rate));
             }
+            ("rate-schedule", _, _) => {
+                let _ = write!(
+                    cfg,
+                    ", rate schedule {}",
+                    schedule_config_text(c.rate_schedule.as_deref().unwrap_or_default())
+                );
+            }
             (_, _, Some(w)) => {
                 let _ = write!(cfg, ", closed loop (window {})", num(w as f64));
             }
@@ -206,6 +215,9 @@ pub fn summary_text(r: &BenchResult) -> String {
             }
         }
     }
+    if let Some(rs) = &r.rate_schedule {
+        let _ = writeln!(o, "{}", schedule_text(rs));
+    }
     if let Some(b) = &r.broker {
         let _ = writeln!(
             o,
@@ -256,6 +268,103 @@ pub fn summary_text(r: &BenchResult) -> String {
         let _ = writeln!(o, "warning: {w}");
     }
     o
+}
+
+/// A rate schedule as `60 s @ 300,000/s → 30 s @ 50,000/s`.
+pub fn schedule_config_text(phases: &[crate::results::RatePhase]) -> String {
+    phases
+        .iter()
+        .map(|p| format!("{} s @ {}/s", p.duration_s, num(p.rate_per_s)))
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+/// How the recovery threshold was set, in words.
+pub fn threshold_text(rs: &RateScheduleStats) -> String {
+    let rule = format!(
+        "recovered when, for {} s in a row, every interval delivers within ±{}% of the offered rate",
+        rs.recovery_hold_s, rs.recovery_rate_tolerance_percent
+    );
+    let Some(bound) = rs.recovery_threshold_p99_us else {
+        let why = match rs.reference_p99_us {
+            Some(reference) => format!(
+                "the last phase's second half (p99 {}) was not steady",
+                micros(reference)
+            ),
+            None => "nothing was received in the last phase's second half".to_string(),
+        };
+        return format!("{rule} with p99 under a threshold: none, {why}; give --recovery-p99-ms");
+    };
+    let why = match (rs.recovery_threshold_source.as_str(), rs.reference_p99_us) {
+        ("option", _) => "--recovery-p99-ms".to_string(),
+        (_, Some(reference)) => format!(
+            "2 × the p99 of the last phase's second half, {}, at least 1 ms",
+            micros(reference)
+        ),
+        _ => "2 × the last phase's p99, at least 1 ms".to_string(),
+    };
+    format!("{rule} with p99 ≤ {} ({why})", micros(bound))
+}
+
+/// A phase's recovery in words: `2.0 s (throughput 1.0 s, latency 2.0 s)`; `threshold`: whether
+/// there was a latency threshold (without one, only the throughput can be judged).
+pub fn recovery_text(r: &RecoveryStats, threshold: bool) -> String {
+    let s = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.1} s"));
+    if !threshold {
+        return format!(
+            "unknown: no latency threshold (throughput {})",
+            s(r.throughput_recovery_s)
+        );
+    }
+    format!(
+        "{} (throughput {}, latency {})",
+        r.recovery_s
+            .map_or("NOT RECOVERED".to_string(), |v| format!("{v:.1} s")),
+        s(r.throughput_recovery_s),
+        s(r.latency_recovery_s)
+    )
+}
+
+/// The per-phase table of a rate-schedule run.
+pub fn schedule_text(rs: &RateScheduleStats) -> String {
+    let mut o = format!(
+        "rate schedule {}
+",
+        threshold_text(rs)
+    );
+    let _ = writeln!(
+        o,
+        "              phase  start  length  offered/s     sent/s     unsent delivered/s       lost    p50 lat   p99 lat p99.9 lat  broker rss  recovery"
+    );
+    for (i, p) in rs.phases.iter().enumerate() {
+        let lat =
+            |f: fn(&LatencySummary) -> f64| p.latency.as_ref().map_or("-".into(), |l| micros(f(l)));
+        let _ = writeln!(
+            o,
+            "              {:>5} {:>6.1} {:>7.1} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>9} {:>11}  {}",
+            i + 1,
+            p.start_s,
+            p.duration_s,
+            num(p.offered_rate_per_s),
+            num(p.send_rate_per_s),
+            num(p.unsent as f64),
+            num(p.delivered_rate_per_s),
+            if p.lost > 0 {
+                format!("{} ({:.2}%)", num(p.lost as f64), p.loss_percent)
+            } else {
+                "0".into()
+            },
+            lat(|l| l.p50_us),
+            lat(|l| l.p99_us),
+            lat(|l| l.p999_us),
+            p.broker_rss_max_bytes.map_or("-".into(), |b| bytes(b as f64)),
+            p.recovery.as_ref().map_or("-".into(), |r| recovery_text(
+                r,
+                rs.recovery_threshold_p99_us.is_some()
+            )),
+        );
+    }
+    o.trim_end().to_string()
 }
 
 /// The time series as a table, grouped to at most 20 rows.
@@ -472,5 +581,85 @@ mod tests {
         assert_eq!(bytes(2048.0), "2.0 KiB");
         assert_eq!(micros(1500.0), "1.50 ms");
         assert_eq!(micros(15.0), "15 µs");
+    }
+
+    #[test]
+    fn rate_schedule_texts() {
+        use crate::results::{RatePhase, RatePhaseStats};
+        let phase = |rate: f64, recovery: Option<RecoveryStats>| RatePhaseStats {
+            start_s: 1.0,
+            duration_s: 2.0,
+            offered_rate_per_s: rate,
+            offered: 2 * rate as u64,
+            sent: rate as u64,
+            unsent: rate as u64,
+            send_rate_per_s: rate / 2.0,
+            delivered_rate_per_s: rate / 2.0,
+            delivered: rate as u64 - 10,
+            lost: 10,
+            loss_percent: 1000.0 / rate,
+            latency: None,
+            broker_rss_max_bytes: Some(1 << 20),
+            broker_cpu_percent_avg: Some(50.0),
+            recovery,
+        };
+        let recovered = RecoveryStats {
+            recovery_s: Some(2.0),
+            throughput_recovery_s: Some(1.0),
+            latency_recovery_s: Some(2.0),
+            intervals: 4,
+            good_intervals: 2,
+        };
+        let mut rs = RateScheduleStats {
+            recovery_threshold_p99_us: Some(1000.0),
+            recovery_threshold_source: "last-phase".into(),
+            reference_p99_us: Some(300.0),
+            reference_steady: true,
+            recovery_rate_tolerance_percent: 10.0,
+            recovery_hold_s: 3.0,
+            phases: vec![phase(3000.0, None), phase(500.0, Some(recovered.clone()))],
+        };
+        let text = schedule_text(&rs);
+        assert!(text.contains("p99 ≤ 1.00 ms (2 × the p99 of the last phase's second half, 300 µs, at least 1 ms)"), "{text}");
+        assert!(
+            text.contains("2.0 s (throughput 1.0 s, latency 2.0 s)"),
+            "{text}"
+        );
+        assert!(text.contains("10 (2.00%)"), "{text}");
+        assert!(text.contains("1.0 MiB"), "{text}");
+        // Not steady: no threshold, no verdict.
+        rs.recovery_threshold_p99_us = None;
+        rs.reference_steady = false;
+        rs.reference_p99_us = Some(12e6);
+        let text = schedule_text(&rs);
+        assert!(text.contains("none, the last phase's second half (p99 12.00 s) was not steady; give --recovery-p99-ms"), "{text}");
+        assert!(
+            text.contains("unknown: no latency threshold (throughput 1.0 s)"),
+            "{text}"
+        );
+        // Not recovered.
+        let never = RecoveryStats {
+            recovery_s: None,
+            latency_recovery_s: None,
+            ..recovered
+        };
+        assert_eq!(
+            recovery_text(&never, true),
+            "NOT RECOVERED (throughput 1.0 s, latency never)"
+        );
+        let phases = [
+            RatePhase {
+                duration_s: 60.0,
+                rate_per_s: 300_000.0,
+            },
+            RatePhase {
+                duration_s: 30.0,
+                rate_per_s: 50_000.0,
+            },
+        ];
+        assert_eq!(
+            schedule_config_text(&phases),
+            "60 s @ 300,000/s → 30 s @ 50,000/s"
+        );
     }
 }

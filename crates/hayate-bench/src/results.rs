@@ -52,6 +52,10 @@ pub struct BenchResult {
     pub bench: BenchStats,
     /// One point per sampling interval (`config.sample_interval_s`), from the start of the run.
     pub timeseries: Vec<TimePoint>,
+    /// `fan-in --rate-schedule`: figures per phase of the schedule and the recovery after each
+    /// rate decrease; `null` for other runs.
+    #[serde(default)]
+    pub rate_schedule: Option<RateScheduleStats>,
     /// Things the reader should know: adjusted options, saturation, stalls, incomplete runs.
     pub warnings: Vec<String>,
 }
@@ -139,10 +143,19 @@ pub struct RunConfig {
     pub duration_s: Option<f64>,
     /// Warm-up excluded from latency and loss, seconds.
     pub warmup_s: Option<f64>,
-    /// Total fixed publish rate, messages/s; `null` for closed-loop (as fast as possible).
+    /// Total fixed publish rate, messages/s; `null` for closed-loop (as fast as possible) and
+    /// for a rate schedule (see `rate_schedule`).
     pub rate_per_s: Option<f64>,
-    /// `"fixed-rate"` (open loop) or `"closed-loop"`; `null` without traffic.
+    /// `"fixed-rate"` (open loop), `"rate-schedule"` (open loop, the rate changing by phase)
+    /// or `"closed-loop"`; `null` without traffic.
     pub pacing: Option<String>,
+    /// `fan-in --rate-schedule`: the phases, run in order; `null` otherwise.
+    #[serde(default)]
+    pub rate_schedule: Option<Vec<RatePhase>>,
+    /// `--recovery-p99-ms`: the p99 latency bound of the recovery computation, milliseconds;
+    /// `null` when not given (the default threshold applies, see `RateScheduleStats`).
+    #[serde(default)]
+    pub recovery_p99_ms: Option<f64>,
     /// Closed loop: messages the senders may run ahead of the receiver.
     pub window: Option<u64>,
     /// Most messages written to one connection in one write.
@@ -179,6 +192,109 @@ pub struct RunConfig {
 
 fn tcp() -> String {
     "tcp".into()
+}
+
+/// One phase of a rate schedule (`--rate-schedule SECONDS@RATE,...`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RatePhase {
+    /// Length of the phase, seconds.
+    pub duration_s: f64,
+    /// Offered rate, all publishers together, messages/s.
+    pub rate_per_s: f64,
+}
+
+/// A rate-schedule run phase by phase, and the recovery after each rate decrease.
+///
+/// Recovery (see `crates/hayate-bench/README.md`): after a phase whose offered rate is lower
+/// than the previous phase's, a time series interval entirely inside the phase is *good* when
+/// its delivered rate is within `recovery_rate_tolerance_percent` of the offered rate and its
+/// p99 latency (from the intended send time) is at most `recovery_threshold_p99_us`; the
+/// recovery time runs from the start of the phase to the start of the first good interval
+/// that begins a run of good intervals lasting `recovery_hold_s` (or until the phase ends).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RateScheduleStats {
+    /// The p99 bound of a good interval, µs; `null` when it could not be determined (no
+    /// `--recovery-p99-ms`, and the second half of the last phase was not steady).
+    pub recovery_threshold_p99_us: Option<f64>,
+    /// Where the bound comes from: `"option"` (`--recovery-p99-ms`) or `"last-phase"` (twice
+    /// `reference_p99_us`, at least 1 ms, when `reference_steady`).
+    pub recovery_threshold_source: String,
+    /// p99 latency of the messages received in the second half of the last phase (its final,
+    /// steady half), µs; `null` when none was received then.
+    pub reference_p99_us: Option<f64>,
+    /// True when that half looks steady: every interval of it delivered within the tolerance
+    /// of the offered rate, and its p99 is shorter than the half itself (no message sent
+    /// before the half began is still arriving). The default threshold needs it: when false
+    /// and without `--recovery-p99-ms` there is no threshold and no recovery time.
+    pub reference_steady: bool,
+    /// Largest deviation of a good interval's delivered rate from the offered rate, percent.
+    pub recovery_rate_tolerance_percent: f64,
+    /// How long the criteria must keep holding from the recovery point on (or until the end
+    /// of the phase, when less remains), seconds.
+    pub recovery_hold_s: f64,
+    /// One entry per phase, in order.
+    pub phases: Vec<RatePhaseStats>,
+}
+
+/// One phase of a rate-schedule run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RatePhaseStats {
+    /// Start of the phase, seconds since the start of the run (the clock of `timeseries`).
+    pub start_s: f64,
+    /// Length of the phase, seconds.
+    pub duration_s: f64,
+    /// Offered rate: the schedule's rate for the phase, messages/s.
+    pub offered_rate_per_s: f64,
+    /// Messages the schedule had due in the phase (intended send time inside it).
+    pub offered: u64,
+    /// Of those, messages the publishers wrote.
+    pub sent: u64,
+    /// `offered - sent`: messages due in the phase that the publishers had not written when it
+    /// ended, because they were held back (the broker's back-pressure, or the load
+    /// generator's own limits); abandoned when the phase ended, not queued.
+    pub unsent: u64,
+    /// Achieved send rate: messages written during the phase (by actual send time) per
+    /// second.
+    pub send_rate_per_s: f64,
+    /// Delivered rate: first copies received during the phase (whenever they were intended)
+    /// per second.
+    pub delivered_rate_per_s: f64,
+    /// First copies received of the messages intended in the phase (also those received
+    /// after it ended).
+    pub delivered: u64,
+    /// `sent - delivered` (never negative): messages of the phase that were written but never
+    /// received (QoS 0 drops, queue limits...).
+    pub lost: u64,
+    /// `100 * lost / sent` (0 when nothing was sent).
+    pub loss_percent: f64,
+    /// Latency of the messages intended in the phase, from their intended send time
+    /// (coordinated-omission corrected); `null` when none was received.
+    pub latency: Option<LatencySummary>,
+    /// Highest broker RSS sampled during the phase, bytes; `null` without `--broker-pid`.
+    pub broker_rss_max_bytes: Option<u64>,
+    /// Average broker CPU during the phase, percent of one core; `null` without
+    /// `--broker-pid`.
+    pub broker_cpu_percent_avg: Option<f64>,
+    /// After a rate decrease (offered rate below the previous phase's): how long until
+    /// throughput and latency were back to normal; `null` for the other phases.
+    pub recovery: Option<RecoveryStats>,
+}
+
+/// Recovery of a phase after a rate decrease.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecoveryStats {
+    /// Seconds from the start of the phase to the start of the first good interval that
+    /// begins a run of good intervals lasting `recovery_hold_s` (or until the end of the
+    /// phase); `null` when the phase ended without one (not recovered).
+    pub recovery_s: Option<f64>,
+    /// The same with the delivered-rate criterion alone.
+    pub throughput_recovery_s: Option<f64>,
+    /// The same with the p99 criterion alone.
+    pub latency_recovery_s: Option<f64>,
+    /// Time series intervals entirely inside the phase (the ones assessed).
+    pub intervals: u64,
+    /// Of those, intervals meeting both criteria.
+    pub good_intervals: u64,
 }
 
 /// Connection establishment and teardown.

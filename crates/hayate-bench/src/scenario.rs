@@ -10,16 +10,17 @@ use crate::client::{
 use crate::clock::{secs_to_ns, Clock};
 use crate::engine::{
     spawn_local, ConnectReport, KeyMode, PartEvent, PartKind, PartLink, PartLive, PartReport,
-    PartSpec, ProcSample, PublishSpec, SubscribeSpec, TopicPlan,
+    PartSpec, PhaseSend, ProcSample, PublishSpec, SubscribeSpec, TopicPlan,
 };
 use crate::error::{BenchError, Result};
 use crate::multiproc::spawn_remote;
 use crate::payload::HEADER_LEN;
 use crate::procstat::{self, cpu_at, per_interval, read_process};
+use crate::rate_schedule::{self, RatePhase};
 use crate::report;
 use crate::results::{
-    BenchResult, BenchStats, BrokerStats, ConnectionStats, MessageStats, RunConfig, TargetInfo,
-    TimePoint, ToolInfo, SCHEMA_VERSION,
+    BenchResult, BenchStats, BrokerStats, ConnectionStats, MessageStats, RatePhaseStats,
+    RateScheduleStats, RecoveryStats, RunConfig, TargetInfo, TimePoint, ToolInfo, SCHEMA_VERSION,
 };
 use crate::stats::{
     coarse_histogram, hist_from_base64, merge_hist, summarize, Credit, CreditHook, Recorder,
@@ -274,6 +275,10 @@ struct Plan {
     hold_ns: u64,
     subscriber_required: Option<String>,
     warnings: Vec<String>,
+    /// `--rate-schedule` phases (empty otherwise).
+    phases: Vec<RatePhase>,
+    /// `--recovery-p99-ms`.
+    recovery_p99_ms: Option<f64>,
 }
 
 struct Setup {
@@ -383,7 +388,7 @@ fn fan_in_plan(
     workers: u64,
     messages: Option<u64>,
     duration_ns: Option<u64>,
-    rate: Option<f64>,
+    (rate, phases): (Option<f64>, &[RatePhase]),
     window: Option<u64>,
     publish: (u8, u8, usize, u64, u64),
     topic: &str,
@@ -392,7 +397,13 @@ fn fan_in_plan(
 ) -> Result<Plan> {
     let (qos, sub_qos, payload, batch, inflight) = publish;
     let keep_alive = f64::from(s.common.keep_alive);
-    if let Some(r) = rate {
+    // The slowest rate the publishers send at.
+    let slowest = phases
+        .iter()
+        .map(|p| p.rate_per_s)
+        .reduce(f64::min)
+        .or(rate);
+    if let Some(r) = slowest {
         let per_connection = connections as f64 / r;
         if keep_alive > 0.0 && per_connection >= keep_alive {
             return Err(BenchError::invalid(format!(
@@ -424,6 +435,13 @@ fn fan_in_plan(
             }),
             duration_ns,
             rate: rate.map(|r| r * n as f64 / connections as f64),
+            phases: phases
+                .iter()
+                .map(|p| RatePhase {
+                    duration_s: p.duration_s,
+                    rate_per_s: p.rate_per_s * n as f64 / connections as f64,
+                })
+                .collect(),
             batch,
             inflight,
             warmup_ns,
@@ -448,6 +466,11 @@ fn fan_in_plan(
         keys: KeyMode::Stream,
         warmup_ns,
         read_chunk: 64 * 1024,
+        phase_offsets_ns: if phases.is_empty() {
+            Vec::new()
+        } else {
+            rate_schedule::offsets_ns(phases)
+        },
     });
     let mut sub_spec = part_spec(s, parts.len(), 's', 0, 1, 1, sub);
     sub_spec.connect_rate = None;
@@ -464,13 +487,16 @@ fn fan_in_plan(
     config.warmup_s = Some(crate::clock::ns_to_secs(warmup_ns));
     config.rate_per_s = rate;
     config.pacing = Some(
-        if rate.is_some() {
+        if !phases.is_empty() {
+            "rate-schedule"
+        } else if rate.is_some() {
             "fixed-rate"
         } else {
             "closed-loop"
         }
         .into(),
     );
+    config.rate_schedule = (!phases.is_empty()).then(|| phases.to_vec());
     config.window = window;
     config.batch = Some(batch);
     config.inflight = Some(inflight);
@@ -494,12 +520,14 @@ fn fan_in_plan(
         senders,
         main_is_receivers: false,
         traffic: true,
-        open_loop: rate.is_some(),
+        open_loop: rate.is_some() || !phases.is_empty(),
         per_message: PerMessage::One,
         settle_ns: 0,
         hold_ns: 0,
         subscriber_required: Some(filter),
         warnings,
+        phases: phases.to_vec(),
+        recovery_p99_ms: None,
     })
 }
 
@@ -523,6 +551,47 @@ fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
             "--window shapes closed-loop runs; a fixed --rate run has no window (give one or the other)",
         ));
     }
+    let phases = match &a.rate_schedule {
+        Some(text) => {
+            let phases = rate_schedule::parse(text).map_err(BenchError::InvalidOption)?;
+            for (given, name) in [
+                (a.rate.is_some(), "--rate"),
+                (a.messages.is_some(), "--messages"),
+                (a.duration.is_some(), "--duration"),
+                (a.window.is_some(), "--window"),
+            ] {
+                if given {
+                    return Err(BenchError::invalid(format!(
+                        "--rate-schedule sets the rate and the length of the run: it cannot be combined with {name}"
+                    )));
+                }
+            }
+            let every = s.common.sample_interval;
+            let ragged = phases.iter().any(|p| {
+                let n = p.duration_s / every;
+                (n - n.round()).abs() > 1e-6
+            });
+            if ragged {
+                warnings.push(format!(
+                    "phase lengths are not multiples of --sample-interval {every} s: the recovery figures use only the intervals entirely inside a phase"
+                ));
+            }
+            phases
+        }
+        None => Vec::new(),
+    };
+    if let Some(ms) = a.recovery_p99_ms {
+        if a.rate_schedule.is_none() {
+            return Err(BenchError::invalid(
+                "--recovery-p99-ms applies to --rate-schedule runs only",
+            ));
+        }
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(BenchError::invalid(
+                "--recovery-p99-ms must be a positive number",
+            ));
+        }
+    }
     if a.window == Some(0) || a.batch == 0 || a.inflight == 0 {
         return Err(BenchError::invalid(
             "--window, --batch and --inflight must be at least 1",
@@ -542,12 +611,17 @@ fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
     } else {
         a.workers
     };
-    let messages = a.messages.or(if a.duration.is_none() {
+    let messages = a.messages.or(if a.duration.is_none() && phases.is_empty() {
         Some(1_000_000)
     } else {
         None
     });
-    let window = if a.rate.is_none() {
+    let duration_ns = if phases.is_empty() {
+        a.duration.map(secs_to_ns)
+    } else {
+        Some(secs_to_ns(rate_schedule::total_s(&phases)))
+    };
+    let window = if a.rate.is_none() && phases.is_empty() {
         Some(a.window.unwrap_or(100_000))
     } else {
         None
@@ -559,8 +633,8 @@ fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
         a.connections,
         workers,
         messages,
-        a.duration.map(secs_to_ns),
-        a.rate,
+        duration_ns,
+        (a.rate, &phases),
         window,
         (a.qos, a.sub_qos, payload, a.batch, a.inflight),
         &a.topic,
@@ -568,6 +642,8 @@ fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
         warnings,
     )?;
     plan.config.payload_bytes_requested = Some(a.payload);
+    plan.config.recovery_p99_ms = a.recovery_p99_ms;
+    plan.recovery_p99_ms = a.recovery_p99_ms;
     Ok(plan)
 }
 
@@ -597,7 +673,7 @@ fn plan_latency(a: &LatencyArgs, s: &Setup) -> Result<Plan> {
         1,
         None,
         Some(secs_to_ns(a.duration)),
-        Some(rate),
+        (Some(rate), &[]),
         None,
         (a.qos, a.sub_qos, payload, 1, 64),
         &a.topic,
@@ -639,7 +715,7 @@ fn plan_swarm(a: &SwarmArgs, s: &Setup) -> Result<Plan> {
         workers,
         None,
         Some(secs_to_ns(a.duration)),
-        Some(rate),
+        (Some(rate), &[]),
         None,
         (a.qos, a.sub_qos, payload, 1, 16),
         &a.topic,
@@ -740,6 +816,7 @@ fn plan_fan_out(a: &FanOutArgs, s: &Setup) -> Result<Plan> {
                     keys,
                     warmup_ns,
                     read_chunk: (payload + 64).max(256),
+                    phase_offsets_ns: Vec::new(),
                 }),
             ),
             remote,
@@ -762,6 +839,7 @@ fn plan_fan_out(a: &FanOutArgs, s: &Setup) -> Result<Plan> {
             messages: None,
             duration_ns: Some(secs_to_ns(a.duration)),
             rate: Some(rate),
+            phases: Vec::new(),
             batch: 16,
             inflight: a.inflight,
             warmup_ns,
@@ -805,6 +883,8 @@ fn plan_fan_out(a: &FanOutArgs, s: &Setup) -> Result<Plan> {
         hold_ns: 0,
         subscriber_required: None,
         warnings,
+        phases: Vec::new(),
+        recovery_p99_ms: None,
     })
 }
 
@@ -843,6 +923,8 @@ fn plan_conn(a: &ConnArgs, s: &Setup) -> Result<Plan> {
         hold_ns: secs_to_ns(a.hold),
         subscriber_required: None,
         warnings: Vec::new(),
+        phases: Vec::new(),
+        recovery_p99_ms: None,
     })
 }
 
@@ -1069,7 +1151,13 @@ async fn execute(plan: Plan, s: &Setup, env: &Env) -> Result<BenchResult> {
 
     let (phase_start, phase_end, self_phase, machine_phase, broker_phase);
     if plan.traffic {
-        let go = clock.now_ns() + 20_000_000;
+        let mut go = clock.now_ns() + 20_000_000;
+        if !plan.phases.is_empty() {
+            // Phases start on time series interval boundaries, so that intervals and phases
+            // line up (the recovery figures use the intervals entirely inside a phase).
+            let interval = s.interval_ns.max(1);
+            go = go.div_ceil(interval) * interval;
+        }
         for l in senders.iter().chain(receivers.iter()) {
             let _ = l.go.send(Some(go));
         }
@@ -1421,6 +1509,59 @@ async fn execute(plan: Plan, s: &Setup, env: &Env) -> Result<BenchResult> {
         })
         .collect();
 
+    let rate_schedule = (!plan.phases.is_empty()).then(|| {
+        let sent: Vec<PhaseSend> = {
+            let mut total = vec![PhaseSend::default(); plan.phases.len()];
+            for r in &send_reports {
+                for (t, one) in total.iter_mut().zip(&r.phases) {
+                    t.add(one);
+                }
+            }
+            total
+        };
+        schedule_stats(
+            &plan.phases,
+            plan.recovery_p99_ms,
+            phase_start,
+            interval,
+            &recorder,
+            &sent,
+            pid.map(|_| broker_samples.as_slice()),
+        )
+    });
+    if let Some(rs) = &rate_schedule {
+        let decrease = rs.phases.iter().any(|p| p.recovery.is_some());
+        match (rs.recovery_threshold_p99_us, rs.reference_p99_us) {
+            (None, reference) if decrease => warnings.push(format!(
+                "the last phase did not settle (p99 of its second half {}, or a delivered rate off the offered one): no default latency threshold, so no recovery time; give --recovery-p99-ms",
+                reference.map_or("-".into(), report::micros)
+            )),
+            (Some(_), Some(reference))
+                if decrease
+                    && rs.recovery_threshold_source == "last-phase"
+                    && reference > 100_000.0 =>
+            {
+                warnings.push(format!(
+                    "the recovery threshold is 2 × the last phase's p99 of {}: that presumes this latency is normal; give --recovery-p99-ms otherwise",
+                    report::micros(reference)
+                ))
+            }
+            _ => {}
+        }
+        for (i, p) in rs.phases.iter().enumerate() {
+            if rs.recovery_threshold_p99_us.is_some()
+                && p.recovery.as_ref().is_some_and(|r| r.recovery_s.is_none())
+            {
+                warnings.push(format!(
+                    "phase {} ({} msg/s after {} msg/s): throughput and latency did not recover before the phase ended",
+                    i + 1,
+                    report::num(p.offered_rate_per_s),
+                    report::num(rs.phases[i - 1].offered_rate_per_s)
+                ));
+            }
+        }
+    }
+
     let has_latency = !recorder.corrected.is_empty();
     let mut config = plan.config;
     config.processes = processes;
@@ -1453,8 +1594,149 @@ async fn execute(plan: Plan, s: &Setup, env: &Env) -> Result<BenchResult> {
         broker,
         bench,
         timeseries,
+        rate_schedule,
         warnings,
     })
+}
+
+/// The per-phase figures and recovery of a rate-schedule run. `go`: start of the first phase;
+/// `interval`: the time series interval (phases start on interval boundaries);
+/// `broker`: the broker's samples with `--broker-pid`.
+fn schedule_stats(
+    phases: &[RatePhase],
+    recovery_p99_ms: Option<f64>,
+    go: u64,
+    interval: u64,
+    recorder: &Recorder,
+    sent: &[PhaseSend],
+    broker: Option<&[ProcSample]>,
+) -> RateScheduleStats {
+    let bounds: Vec<u64> = rate_schedule::offsets_ns(phases)
+        .iter()
+        .map(|o| go + o)
+        .collect();
+    let interval = interval.max(1);
+    // Intervals entirely inside [from, to), as indices of the recorder's series.
+    let inside =
+        |from: u64, to: u64| from.div_ceil(interval)..(to / interval).max(from.div_ceil(interval));
+    // Reference: the messages received in the second half of the last phase.
+    let n = phases.len();
+    let mid = bounds[n - 1] + (bounds[n] - bounds[n - 1]) / 2;
+    let mut reference = coarse_histogram();
+    for i in inside(mid, bounds[n]) {
+        if let Some(Some(b)) = recorder.series.get(i as usize) {
+            merge_hist(&mut reference, &b.latency);
+        }
+    }
+    let reference_p99_us =
+        (!reference.is_empty()).then(|| reference.value_at_quantile(0.99) as f64);
+    let samples: Vec<rate_schedule::IntervalSample> = recorder
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, b)| rate_schedule::IntervalSample {
+            start_ns: i as u64 * interval,
+            delivered: b.as_ref().map_or(0, |b| b.received),
+            p99_us: b
+                .as_ref()
+                .filter(|b| !b.latency.is_empty())
+                .map(|b| b.latency.value_at_quantile(0.99) as f64),
+        })
+        .collect();
+    // Intervals past the last receive have no bucket: they delivered nothing.
+    let last = bounds[n].div_ceil(interval);
+    let samples: Vec<_> = samples
+        .into_iter()
+        .chain(
+            (recorder.series.len() as u64..last).map(|i| rate_schedule::IntervalSample {
+                start_ns: i * interval,
+                delivered: 0,
+                p99_us: None,
+            }),
+        )
+        .collect();
+    let reference_steady = rate_schedule::reference_steady(
+        &samples,
+        interval,
+        (mid, bounds[n]),
+        phases[n - 1].rate_per_s,
+        reference_p99_us,
+    );
+    let (threshold, source) = match recovery_p99_ms {
+        Some(ms) => (Some(ms * 1000.0), "option"),
+        None => (
+            reference_p99_us
+                .filter(|_| reference_steady)
+                .map(rate_schedule::default_threshold_us),
+            "last-phase",
+        ),
+    };
+    let stats = phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (start, end) = (bounds[i], bounds[i + 1]);
+            let secs = (end - start) as f64 / 1e9;
+            let send = sent.get(i).copied().unwrap_or_default();
+            let rec = recorder.phases.get(i);
+            let delivered = rec.map_or(0, |r| r.delivered);
+            let lost = send.sent.saturating_sub(delivered);
+            let in_phase: Vec<&ProcSample> = broker
+                .unwrap_or_default()
+                .iter()
+                .filter(|x| x.t_ns > start && x.t_ns <= end)
+                .collect();
+            let decrease = i > 0 && p.rate_per_s < phases[i - 1].rate_per_s;
+            RatePhaseStats {
+                start_s: start as f64 / 1e9,
+                duration_s: secs,
+                offered_rate_per_s: p.rate_per_s,
+                offered: send.offered,
+                sent: send.sent,
+                unsent: send.offered.saturating_sub(send.sent),
+                send_rate_per_s: send.sent_in_window as f64 / secs,
+                delivered_rate_per_s: rec.map_or(0, |r| r.received_in_window) as f64 / secs,
+                delivered,
+                lost,
+                loss_percent: if send.sent == 0 {
+                    0.0
+                } else {
+                    100.0 * lost as f64 / send.sent as f64
+                },
+                latency: rec
+                    .filter(|r| !r.latency.is_empty())
+                    .map(|r| summarize(&r.latency, 1, true)),
+                broker_rss_max_bytes: broker.and_then(|_| in_phase.iter().map(|x| x.rss).max()),
+                broker_cpu_percent_avg: broker
+                    .and_then(|b| Some(100.0 * (cpu_at(b, end)? - cpu_at(b, start)?) / secs)),
+                recovery: decrease.then(|| {
+                    let r = rate_schedule::recovery(
+                        &samples,
+                        interval,
+                        (start, end),
+                        p.rate_per_s,
+                        threshold,
+                    );
+                    RecoveryStats {
+                        recovery_s: r.recovery_s,
+                        throughput_recovery_s: r.throughput_s,
+                        latency_recovery_s: r.latency_s,
+                        intervals: r.intervals,
+                        good_intervals: r.good_intervals,
+                    }
+                }),
+            }
+        })
+        .collect();
+    RateScheduleStats {
+        recovery_threshold_p99_us: threshold,
+        recovery_threshold_source: source.into(),
+        reference_p99_us,
+        reference_steady,
+        recovery_rate_tolerance_percent: rate_schedule::RATE_TOLERANCE * 100.0,
+        recovery_hold_s: rate_schedule::RECOVERY_HOLD_S,
+        phases: stats,
+    }
 }
 
 fn rate(count: u64, secs: f64) -> f64 {

@@ -250,6 +250,27 @@ pub struct IntervalBucket {
     pub latency: Histogram<u64>,
 }
 
+/// What the receivers saw of one phase of a rate schedule.
+#[derive(Debug, Clone)]
+pub struct PhaseRecord {
+    /// Latency (from the intended send time, ns) of the messages intended in the phase.
+    pub latency: Histogram<u64>,
+    /// First copies received of messages intended in the phase.
+    pub delivered: u64,
+    /// First copies received during the phase's window (whatever phase they were intended in).
+    pub received_in_window: u64,
+}
+
+impl PhaseRecord {
+    fn new() -> PhaseRecord {
+        PhaseRecord {
+            latency: latency_histogram(),
+            delivered: 0,
+            received_in_window: 0,
+        }
+    }
+}
+
 /// The receive side's statistics.
 #[derive(Debug)]
 pub struct Recorder {
@@ -278,6 +299,10 @@ pub struct Recorder {
     pub first_ns: Option<u64>,
     /// Receive time of the last message.
     pub last_ns: Option<u64>,
+    /// Rate schedule: the phases' windows (`[start0, start1, ..., end]`, ns); empty otherwise.
+    pub phase_bounds: Vec<u64>,
+    /// Rate schedule: per phase.
+    pub phases: Vec<PhaseRecord>,
     hook: Option<CreditHook>,
     progress: Vec<u64>,
 }
@@ -301,6 +326,8 @@ impl Recorder {
             foreign: 0,
             first_ns: None,
             last_ns: None,
+            phase_bounds: Vec::new(),
+            phases: Vec::new(),
             hook: None,
             progress: Vec::new(),
         }
@@ -309,6 +336,13 @@ impl Recorder {
     /// Sets the end of the warm-up (known once the coordinator says go).
     pub fn set_warmup_end(&mut self, ns: u64) {
         self.warmup_end_ns = ns;
+    }
+
+    /// Sets the windows of the phases of a rate schedule (`[start0, start1, ..., end]`, ns):
+    /// messages are then also accounted per phase, by intended send time and by receive time.
+    pub fn set_phases(&mut self, bounds: Vec<u64>) {
+        self.phases = (1..bounds.len()).map(|_| PhaseRecord::new()).collect();
+        self.phase_bounds = bounds;
     }
 
     /// True once [`Recorder::set_warmup_end`] was called (or a finite warm-up was given).
@@ -351,12 +385,23 @@ impl Recorder {
         });
         bucket.received += 1;
         let counted = intended_ns >= self.warmup_end_ns;
+        let corrected = now.saturating_sub(intended_ns).max(1);
         if counted {
-            let corrected = now.saturating_sub(intended_ns).max(1);
             self.corrected.saturating_record(corrected);
             self.uncorrected
                 .saturating_record(now.saturating_sub(sent_ns).max(1));
             bucket.latency.saturating_record((corrected / 1000).max(1));
+        }
+        if !self.phases.is_empty() {
+            let first = matches!(arrival, Arrival::New { .. });
+            if let Some(p) = crate::rate_schedule::phase_of(&self.phase_bounds, intended_ns) {
+                let phase = &mut self.phases[p];
+                phase.latency.saturating_record(corrected);
+                phase.delivered += u64::from(first);
+            }
+            if let Some(p) = crate::rate_schedule::phase_of(&self.phase_bounds, now) {
+                self.phases[p].received_in_window += u64::from(first);
+            }
         }
         match arrival {
             Arrival::Duplicate => {
@@ -408,6 +453,18 @@ impl Recorder {
             foreign: self.foreign,
             first_ns: self.first_ns,
             last_ns: self.last_ns,
+            phase_bounds: self.phase_bounds.clone(),
+            phases: self
+                .phases
+                .iter()
+                .map(|p| {
+                    (
+                        hist_to_base64(&p.latency),
+                        p.delivered,
+                        p.received_in_window,
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -445,6 +502,16 @@ impl Recorder {
             (a, b) => a.or(b),
         };
         self.last_ns = self.last_ns.max(wire.last_ns);
+        if self.phases.is_empty() && !wire.phases.is_empty() {
+            self.set_phases(wire.phase_bounds.clone());
+        }
+        for (mine, (hist, delivered, in_window)) in self.phases.iter_mut().zip(&wire.phases) {
+            if let Some(h) = hist_from_base64(hist) {
+                merge_hist(&mut mine.latency, &h);
+            }
+            mine.delivered += delivered;
+            mine.received_in_window += in_window;
+        }
     }
 }
 
@@ -473,6 +540,12 @@ pub struct RecorderWire {
     pub first_ns: Option<u64>,
     /// See [`Recorder::last_ns`].
     pub last_ns: Option<u64>,
+    /// See [`Recorder::phase_bounds`].
+    #[serde(default)]
+    pub phase_bounds: Vec<u64>,
+    /// Per phase: (latency histogram base64 V2 in ns, delivered, received in the window).
+    #[serde(default)]
+    pub phases: Vec<(String, u64, u64)>,
 }
 
 /// Median of a list (None when empty); NaNs are ignored.
@@ -638,6 +711,33 @@ mod tests {
         assert_eq!(r.received, 14);
         assert_eq!(r.corrected.len(), 12);
         assert_eq!(r.series[0].as_ref().unwrap().received, 14);
+    }
+
+    #[test]
+    fn recorder_accounts_phases_by_intended_and_receive_time() {
+        let mut r = Recorder::new(1_000_000_000, 0);
+        r.set_phases(vec![1000, 2000, 3000]);
+        // Intended in phase 0, received in phase 1 (late): latency and delivery go to phase 0,
+        // the receive to phase 1's window.
+        r.record(1, 0, 1500, 1500, 2500);
+        // Intended and received in phase 1; then a duplicate of it.
+        r.record(1, 1, 2100, 2100, 2200);
+        r.record(1, 1, 2100, 2100, 2300);
+        // Received after the last phase (drain): delivered counts, no window.
+        r.record(1, 2, 2900, 2900, 3500);
+        assert_eq!(r.phases[0].delivered, 1);
+        assert_eq!(r.phases[0].received_in_window, 0);
+        assert_eq!(r.phases[0].latency.len(), 1);
+        assert_eq!(r.phases[0].latency.max(), 1000);
+        assert_eq!(r.phases[1].delivered, 2);
+        assert_eq!(r.phases[1].received_in_window, 2);
+        assert_eq!(r.phases[1].latency.len(), 3); // every copy's latency, as the totals
+        let mut merged = Recorder::new(1_000_000_000, 0);
+        merged.merge_wire(&r.to_wire());
+        merged.merge_wire(&r.to_wire());
+        assert_eq!(merged.phase_bounds, vec![1000, 2000, 3000]);
+        assert_eq!(merged.phases[1].delivered, 4);
+        assert_eq!(merged.phases[1].latency.len(), 6);
     }
 
     #[test]

@@ -275,3 +275,159 @@ async fn compare_two_targets() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     common::assert_valid(&value);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_in_rate_schedule_reports_phases_and_recovery() {
+    let broker = TestBroker::start().await;
+    let port = broker.addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("schedule.json");
+    let html = dir.path().join("schedule.html");
+    // The broker runs in this test process: sample it.
+    let pid = std::process::id();
+    let r = run(&format!(
+        "fan-in --port {port} {Q} -c 10 -w 2 --rate-schedule 2@2000,2@500 -q 1 --sub-qos 1 --sample-interval 0.5 --recovery-p99-ms 1000 --broker-pid {pid} --json {} --report {}",
+        json.display(),
+        html.display()
+    ))
+    .await;
+    assert_delivered(&r, "rate schedule");
+    assert_eq!(r.config.pacing.as_deref(), Some("rate-schedule"));
+    assert_eq!(r.config.duration_s, Some(4.0));
+    assert_eq!(r.config.rate_per_s, None);
+    assert_eq!(r.config.recovery_p99_ms, Some(1000.0));
+    assert_eq!(r.config.rate_schedule.as_ref().map(Vec::len), Some(2));
+    assert!(
+        r.latency
+            .as_ref()
+            .unwrap()
+            .corrected_for_coordinated_omission
+    );
+    let rs = r.rate_schedule.as_ref().expect("per-phase figures");
+    assert_eq!(rs.recovery_threshold_p99_us, Some(1_000_000.0));
+    assert_eq!(rs.recovery_threshold_source, "option");
+    assert_eq!(rs.phases.len(), 2);
+    let m = r.messages.as_ref().unwrap();
+    assert_eq!(
+        rs.phases.iter().map(|p| p.sent).sum::<u64>(),
+        m.sent,
+        "every message belongs to a phase"
+    );
+    for (i, (p, rate)) in rs.phases.iter().zip([2000.0, 500.0]).enumerate() {
+        let what = format!("phase {}", i + 1);
+        assert_eq!(p.offered_rate_per_s, rate, "{what}");
+        assert_eq!(p.duration_s, 2.0, "{what}");
+        // The schedule had 2 s × rate messages due; all (or all but a straggler at the
+        // boundary on a busy machine) were sent.
+        let due = (2.0 * rate) as u64;
+        assert!(
+            p.offered.abs_diff(due) <= 1,
+            "{what}: offered {}",
+            p.offered
+        );
+        assert_eq!(p.sent + p.unsent, p.offered, "{what}");
+        assert!(p.unsent * 100 <= p.offered, "{what}: unsent {}", p.unsent);
+        // QoS 1 end to end: everything sent was delivered.
+        assert_eq!(p.delivered, p.sent, "{what}");
+        assert_eq!((p.lost, p.loss_percent), (0, 0.0), "{what}");
+        let near = |v: f64| (v - rate).abs() <= 0.1 * rate;
+        assert!(
+            near(p.send_rate_per_s),
+            "{what}: sent/s {}",
+            p.send_rate_per_s
+        );
+        assert!(
+            near(p.delivered_rate_per_s),
+            "{what}: delivered/s {}",
+            p.delivered_rate_per_s
+        );
+        let l = p.latency.as_ref().expect("phase latency");
+        assert!(l.corrected_for_coordinated_omission);
+        assert!(l.count >= p.delivered, "{what}");
+        assert!(l.p50_us > 0.0 && l.p50_us <= l.p99_us && l.p99_us <= l.p999_us);
+        assert!(p.broker_rss_max_bytes.is_some_and(|b| b > 0), "{what}");
+        assert!(p.broker_cpu_percent_avg.is_some(), "{what}");
+    }
+    // Phases start on interval boundaries, one after the other.
+    assert!((rs.phases[1].start_s - rs.phases[0].start_s - 2.0).abs() < 1e-6);
+    assert!((rs.phases[0].start_s / 0.5 - (rs.phases[0].start_s / 0.5).round()).abs() < 1e-6);
+    // Recovery only after the decrease: four 0.5 s intervals assessed.
+    assert!(rs.phases[0].recovery.is_none());
+    let rec = rs.phases[1]
+        .recovery
+        .as_ref()
+        .expect("recovery after the decrease");
+    assert_eq!(rec.intervals, 4);
+    assert!(rec.recovery_s.is_some_and(|s| s <= 1.5), "{rec:?}");
+    // The outputs.
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    common::assert_valid(&value);
+    assert_eq!(
+        value["rate_schedule"]["phases"].as_array().unwrap().len(),
+        2
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    for text in [
+        "<h2>Rate schedule</h2>",
+        "offered",
+        "rate schedule 2 s @ 2,000/s",
+    ] {
+        assert!(page.contains(text), "{text} missing from the report");
+    }
+    let text = hayate_bench::report::summary_text(&r);
+    assert!(text.contains("rate schedule"), "{text}");
+
+    // Invalid combinations are refused before anything connects.
+    for bad in [
+        "fan-in --rate-schedule 1@100 --rate 100",
+        "fan-in --rate-schedule 1@100 -n 100",
+        "fan-in --rate-schedule 1@100 -d 1",
+        "fan-in --rate-schedule 1@100 --window 10",
+        "fan-in --rate-schedule 1@100,x@5",
+        "fan-in --rate-schedule 1@0",
+        "fan-in --recovery-p99-ms 5",
+        "fan-in --rate-schedule 1@100 --recovery-p99-ms 0",
+    ] {
+        let e = run_err(&format!("{bad} --port {port} {Q}")).await;
+        assert!(matches!(e, BenchError::InvalidOption(_)), "{bad}: {e}");
+    }
+}
+
+/// An offered rate far beyond what the publishers can get through (QoS 1, one message in
+/// flight per connection): they fall behind, the shortfall shows as unsent messages and a
+/// send rate below the offered one, and latency from the intended send time grows; once the
+/// rate falls, the backlog of the overload phase is abandoned and the run recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_visible_and_recovery_is_measured() {
+    let broker = TestBroker::start().await;
+    let port = broker.addr.port();
+    let r = run(&format!(
+        "fan-in --port {port} {Q} -c 2 -w 1 --inflight 1 -q 1 --sub-qos 1 --rate-schedule 1@2M,1.5@200 --sample-interval 0.5 --recovery-p99-ms 50"
+    ))
+    .await;
+    assert_delivered(&r, "overload");
+    let rs = r.rate_schedule.as_ref().unwrap();
+    let (over, after) = (&rs.phases[0], &rs.phases[1]);
+    assert!(over.offered >= 1_999_000, "offered {}", over.offered);
+    assert!(over.unsent > over.offered / 2, "unsent {}", over.unsent);
+    assert!(
+        over.send_rate_per_s < 1_000_000.0,
+        "{}",
+        over.send_rate_per_s
+    );
+    // What was sent was sent late: latency from the intended send time shows it.
+    let l = over.latency.as_ref().unwrap();
+    assert!(l.p50_us > 100_000.0, "p50 {} µs", l.p50_us);
+    assert_eq!(over.lost, 0);
+    // After the decrease: the new phase runs on its own schedule.
+    assert!(after.unsent <= 2, "unsent {}", after.unsent);
+    assert!(
+        (after.delivered_rate_per_s - 200.0).abs() <= 20.0,
+        "{}",
+        after.delivered_rate_per_s
+    );
+    let rec = after.recovery.as_ref().unwrap();
+    assert_eq!(rec.intervals, 3);
+    assert!(rec.recovery_s.is_some_and(|s| s <= 1.0), "{rec:?}");
+}
