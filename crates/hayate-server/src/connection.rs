@@ -56,6 +56,7 @@ struct Connection {
     stream: TcpStream,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
+    shutdown: Arc<ShutdownSignal>,
     channel: Channel,
     /// Bytes of a partial packet. Dropped when empty so an idle connection holds no buffer.
     read_buf: BytesMut,
@@ -66,32 +67,23 @@ struct Connection {
     input_pending: bool,
 }
 
-pub(crate) async fn run_connection(
+/// Starts the task that serves one accepted connection. `guard` is dropped when the task ends.
+///
+/// The connection is built here, outside the task, and the task's future is `Connection::run`
+/// itself: arguments of an async fn (or captures of an async block) keep their space in the
+/// future for its whole life even after being moved, and every connection pays for that space
+/// while idle.
+pub(crate) fn spawn_connection<G: Send + 'static>(
     stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
     over_capacity: bool,
     shutdown: Arc<ShutdownSignal>,
+    guard: G,
 ) {
-    let info = ConnectionInfo {
-        peer: Some(peer),
-        over_capacity,
-    };
-    let channel = Channel::new(broker.clone(), info);
-    let mut connection = Connection {
-        stream,
-        broker,
-        settings,
-        channel,
-        read_buf: BytesMut::new(),
-        out: OutBuf::new(),
-        wake: WakeList::new(),
-        last_read: Instant::now(),
-        input_pending: false,
-    };
-    let close = connection.serve(&shutdown).await;
-    connection.close(close).await;
+    let connection = Connection::new(stream, peer, broker, settings, over_capacity, shutdown);
+    tokio::spawn(connection.run(guard));
 }
 
 /// Server shutdown as connections see it: a flag and a wake-up. Every connection's task holds
@@ -169,7 +161,46 @@ async fn wait_while_paused(drained: Option<Arc<tokio::sync::Notify>>, paused: bo
 }
 
 impl Connection {
-    async fn serve(&mut self, shutdown: &ShutdownSignal) -> Option<Close> {
+    fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        broker: Arc<Broker>,
+        settings: Arc<ConnectionSettings>,
+        over_capacity: bool,
+        shutdown: Arc<ShutdownSignal>,
+    ) -> Connection {
+        let info = ConnectionInfo {
+            peer: Some(peer),
+            over_capacity,
+        };
+        let channel = Channel::new(broker.clone(), info);
+        Connection {
+            stream,
+            broker,
+            settings,
+            shutdown,
+            channel,
+            read_buf: BytesMut::new(),
+            out: OutBuf::new(),
+            wake: WakeList::new(),
+            last_read: Instant::now(),
+            input_pending: false,
+        }
+    }
+
+    /// Serves the connection to its end. Written as a block capturing `self` rather than an
+    /// `async fn` taking `mut self`, which would hold the connection twice (argument and local).
+    fn run<G: Send + 'static>(self, guard: G) -> impl std::future::Future<Output = ()> + Send {
+        let mut connection = self;
+        async move {
+            let _guard = &guard;
+            let close = connection.serve().await;
+            connection.close(close).await;
+        }
+    }
+
+    async fn serve(&mut self) -> Option<Close> {
+        let shutdown = self.shutdown.clone();
         let doorbell = self.channel.doorbell().clone();
         // One timer per connection: the connect timeout, then the keep-alive deadline. It is
         // not moved on every read; when it fires early (traffic arrived since it was set) it is
@@ -433,9 +464,10 @@ mod tests {
         );
         let settings = Arc::new(ConnectionSettings::from_config(&config));
         let shutdown = Arc::new(ShutdownSignal::default());
-        let task = run_connection(client, addr, broker, settings, false, shutdown);
+        let connection = Connection::new(client, addr, broker, settings, false, shutdown);
+        let task = connection.run(());
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 960, "connection future is {size} bytes");
+        assert!(size <= 850, "connection future is {size} bytes");
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 512, "SessionState is {session} bytes");
     }

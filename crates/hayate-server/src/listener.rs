@@ -2,7 +2,7 @@
 //! and `$SYS` tasks, shut down.
 
 use crate::config::Config;
-use crate::connection::{run_connection, ConnectionSettings, ShutdownSignal};
+use crate::connection::{spawn_connection, ConnectionSettings, ShutdownSignal};
 use hayate_core::{Broker, WakeList};
 use std::io;
 use std::net::SocketAddr;
@@ -140,10 +140,15 @@ async fn accept_loop(
                 let shutdown = connections_shutdown.clone();
                 // Detached: a JoinSet entry per connection would cost memory for nothing; the
                 // guard counts it and lets shutdown wait for it.
-                tokio::spawn(async move {
-                    let _guard = guard;
-                    run_connection(stream, peer, broker, settings, over_capacity, shutdown).await;
-                });
+                spawn_connection(
+                    stream,
+                    peer,
+                    broker,
+                    settings,
+                    over_capacity,
+                    shutdown,
+                    guard,
+                );
             }
             Err(error) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning, log once per interval.
