@@ -74,7 +74,14 @@ pub struct Channel {
     doorbell: Arc<Notify>,
     /// The last `poll_transmit` stopped at its byte budget with more to send.
     more_to_send: bool,
-    /// A congested subscriber this client's messages are waiting on (back-pressure).
+    /// Back-pressure state, allocated the first time this client has to wait (most never do).
+    backpressure: Option<Box<Backpressure>>,
+}
+
+/// What a publisher remembers about back-pressure.
+#[derive(Debug, Default)]
+struct Backpressure {
+    /// A congested subscriber this client's messages are waiting on.
     waiting_on: Option<Wait>,
     /// Sessions found stalled while congested: not waited on again until they drain below
     /// their congestion mark, so a stuck subscriber cannot hold this publisher back.
@@ -110,8 +117,7 @@ impl Channel {
             taken_over: false,
             doorbell: Arc::new(Notify::new()),
             more_to_send: false,
-            waiting_on: None,
-            stalled: Vec::new(),
+            backpressure: None,
         }
     }
 
@@ -306,7 +312,10 @@ impl Channel {
     /// `broker.backpressure_stall_timeout_ms`: a stalled subscriber holds a publisher back only
     /// that long, once; then its queue fills and drops instead (counted).
     pub fn is_backpressured(&mut self, now: Instant) -> bool {
-        let Some(wait) = &mut self.waiting_on else {
+        let Some(bp) = self.backpressure.as_deref_mut() else {
+            return false;
+        };
+        let Some(wait) = &mut bp.waiting_on else {
             return false;
         };
         let (congested, transmitted) = {
@@ -318,7 +327,7 @@ impl Channel {
             )
         };
         if !congested {
-            self.waiting_on = None;
+            bp.waiting_on = None;
             return false;
         }
         if transmitted != wait.transmitted {
@@ -331,11 +340,11 @@ impl Channel {
             return true;
         }
         tracing::debug!(client_id = %wait.cell.client_id, "subscriber_stalled");
-        if self.stalled.len() >= MAX_STALLED_REMEMBERED {
-            self.stalled.remove(0);
+        if bp.stalled.len() >= MAX_STALLED_REMEMBERED {
+            bp.stalled.remove(0);
         }
-        if let Some(wait) = self.waiting_on.take() {
-            self.stalled.push(wait.cell);
+        if let Some(wait) = bp.waiting_on.take() {
+            bp.stalled.push(wait.cell);
         }
         false
     }
@@ -343,12 +352,14 @@ impl Channel {
     /// True while this connection waits on a congested subscriber (it should stop handling
     /// further PUBLISH packets of the current batch).
     pub fn is_waiting(&self) -> bool {
-        self.waiting_on.is_some()
+        self.backpressure
+            .as_ref()
+            .is_some_and(|bp| bp.waiting_on.is_some())
     }
 
     /// The signal rung when the subscriber this connection waits on drains, if any.
     pub fn backpressure_signal(&self) -> Option<Arc<Notify>> {
-        let wait = self.waiting_on.as_ref()?;
+        let wait = self.backpressure.as_ref()?.waiting_on.as_ref()?;
         let mut state = wait.cell.state.lock();
         Some(state.drained.get_or_insert_with(Default::default).clone())
     }
@@ -357,20 +368,19 @@ impl Channel {
     /// own session or one found stalled that has not drained since.
     fn wait_on(&mut self, cell: Arc<SessionCell>, now: Instant) {
         let disabled = self.broker.config.backpressure_stall_timeout_ms == 0;
-        if disabled
-            || self.waiting_on.is_some()
-            || self.cell.as_ref().is_some_and(|own| own.id == cell.id)
+        if disabled || self.is_waiting() || self.cell.as_ref().is_some_and(|own| own.id == cell.id)
         {
             return;
         }
-        if let Some(index) = self.stalled.iter().position(|s| s.id == cell.id) {
+        let bp = self.backpressure.get_or_insert_with(Default::default);
+        if let Some(index) = bp.stalled.iter().position(|s| s.id == cell.id) {
             if cell.state.lock().session.is_congested() {
                 return;
             }
-            self.stalled.swap_remove(index);
+            bp.stalled.swap_remove(index);
         }
         let transmitted = cell.state.lock().session.transmitted();
-        self.waiting_on = Some(Wait {
+        bp.waiting_on = Some(Wait {
             cell,
             transmitted,
             progress_at: now,

@@ -467,7 +467,7 @@ mod tests {
         let connection = Connection::new(client, addr, broker, settings, false, shutdown);
         let task = connection.run(());
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 850, "connection future is {size} bytes");
+        assert!(size <= 800, "connection future is {size} bytes");
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 512, "SessionState is {session} bytes");
     }
