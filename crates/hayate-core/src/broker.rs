@@ -100,6 +100,8 @@ impl Broker {
             client_id: cell.client_id.clone(),
             username: None,
             peer: None,
+            listener: Default::default(),
+            transport_identity: None,
         };
         if !self.hooks.authorize_publish(&client, &will.will.topic) {
             tracing::info!(client_id = %cell.client_id, topic = %will.will.topic, "will_denied");

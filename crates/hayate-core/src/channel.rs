@@ -11,7 +11,7 @@ mod publish;
 mod subscribe;
 
 use crate::broker::Broker;
-use crate::hooks::ClientInfo;
+use crate::hooks::{ClientInfo, ListenerInfo};
 use crate::registry::{SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
@@ -30,6 +30,11 @@ pub struct ConnectionInfo {
     /// The listener is at its connection limit: CONNECT is answered with "quota exceeded"
     /// (v5 0x97, v3 0x03) and the connection closed.
     pub over_capacity: bool,
+    /// The listener the connection came in on, with its authentication settings.
+    pub listener: Arc<ListenerInfo>,
+    /// An identity the transport proved: the CN (or first SAN) of a verified client
+    /// certificate, or the TLS-PSK identity. `None` on plain TCP and WebSocket.
+    pub transport_identity: Option<Arc<str>>,
 }
 
 /// The connection must close. For server-initiated closes of v5 connections a DISCONNECT with

@@ -16,6 +16,21 @@ pub struct ClientInfo {
     pub username: Option<Arc<str>>,
     /// Remote address, if the transport has one.
     pub peer: Option<SocketAddr>,
+    /// The listener the client connected through.
+    pub listener: Arc<ListenerInfo>,
+    /// Identity proved by the transport (client certificate CN/SAN or TLS-PSK identity).
+    pub transport_identity: Option<Arc<str>>,
+}
+
+/// A listener's name and the authentication settings that differ per listener.
+#[derive(Debug, Clone, Default)]
+pub struct ListenerInfo {
+    /// The listener's name (from the configuration; its address when unnamed).
+    pub name: Arc<str>,
+    /// Overrides the authentication policy's `allow_anonymous` on this listener.
+    pub allow_anonymous: Option<bool>,
+    /// Use the transport identity (client certificate or PSK identity) as the user name.
+    pub identity_as_username: bool,
 }
 
 /// Decides who may connect and what they may publish and subscribe to.

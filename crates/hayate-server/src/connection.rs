@@ -172,6 +172,7 @@ impl Connection {
         let info = ConnectionInfo {
             peer: Some(peer),
             over_capacity,
+            ..ConnectionInfo::default()
         };
         let channel = Channel::new(broker.clone(), info);
         Connection {

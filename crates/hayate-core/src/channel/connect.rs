@@ -95,6 +95,8 @@ impl Channel {
             client_id: client_id.clone(),
             username: connect.username.as_ref().map(|u| Arc::from(u.as_str())),
             peer: self.info.peer,
+            listener: self.info.listener.clone(),
+            transport_identity: self.info.transport_identity.clone(),
         };
         if let Err(reason) = self
             .broker
