@@ -2,6 +2,10 @@
 //! repository root, which a test loads so it cannot drift. Unknown keys are errors that name
 //! the key.
 
+pub mod listener;
+
+pub use listener::{ListenerConfig, TransportKind};
+
 use hayate_core::{BrokerConfig, StaticPolicy};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -16,6 +20,10 @@ pub struct Config {
     pub server: ServerConfig,
     /// Protocol limits and behaviour.
     pub broker: BrokerConfig,
+    /// Listeners with their own transport and settings (`[[listener]]`), besides the plain
+    /// TCP addresses of `server.listen`.
+    #[serde(rename = "listener")]
+    pub listeners: Vec<ListenerConfig>,
     /// Anonymous access and deny rules.
     pub auth: StaticPolicy,
 }
@@ -24,7 +32,8 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// Addresses to listen on for MQTT over TCP.
+    /// Addresses to listen on for MQTT over TCP with the default settings (more listeners,
+    /// and other transports, in `[[listener]]` tables).
     pub listen: Vec<SocketAddr>,
     /// Worker threads; 0 means one per CPU core.
     pub threads: usize,
@@ -87,8 +96,11 @@ pub enum ConfigError {
     #[error(transparent)]
     Invalid(#[from] hayate_core::config::ConfigError),
     /// No listener configured.
-    #[error("server.listen: at least one address is required")]
+    #[error("server.listen or [[listener]]: at least one listener is required")]
     NoListener,
+    /// A `[[listener]]` lacks what its transport needs.
+    #[error("{0}")]
+    Listener(String),
 }
 
 impl Config {
@@ -113,8 +125,11 @@ impl Config {
 
     /// Checks values serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.server.listen.is_empty() {
+        if self.server.listen.is_empty() && self.listeners.is_empty() {
             return Err(ConfigError::NoListener);
+        }
+        for listener in &self.listeners {
+            listener.validate().map_err(ConfigError::Listener)?;
         }
         self.broker.validate()?;
         Ok(())

@@ -3,17 +3,15 @@
 //! keep alive) and shutdown — nothing else per connection.
 
 use crate::config::Config;
+use crate::transport::{Progress, Transport};
 use bytes::BytesMut;
 use hayate_codec::{decode, ReasonCode};
 use hayate_core::stats::Stats;
 use hayate_core::{Broker, Channel, Close, ConnectionInfo, OutBuf, WakeList};
 use std::io::{self, IoSlice};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -52,8 +50,8 @@ impl ConnectionSettings {
     }
 }
 
-struct Connection {
-    stream: TcpStream,
+pub(crate) struct Connection<T> {
+    stream: T,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
     shutdown: Arc<ShutdownSignal>,
@@ -67,7 +65,8 @@ struct Connection {
     input_pending: bool,
 }
 
-/// Starts the task that serves one accepted connection. `guard` is dropped when the task ends.
+/// Starts the task that serves one accepted plain-TCP connection. `guard` is dropped when the
+/// task ends.
 ///
 /// The connection is built here, outside the task, and the task's future is `Connection::run`
 /// itself: arguments of an async fn (or captures of an async block) keep their space in the
@@ -75,14 +74,13 @@ struct Connection {
 /// while idle.
 pub(crate) fn spawn_connection<G: Send + 'static>(
     stream: TcpStream,
-    peer: SocketAddr,
+    info: ConnectionInfo,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
-    over_capacity: bool,
     shutdown: Arc<ShutdownSignal>,
     guard: G,
 ) {
-    let connection = Connection::new(stream, peer, broker, settings, over_capacity, shutdown);
+    let connection = Connection::new(stream, info, broker, settings, shutdown);
     tokio::spawn(connection.run(guard));
 }
 
@@ -114,32 +112,6 @@ impl ShutdownSignal {
     }
 }
 
-/// Socket readiness for the wanted directions: `Ok(true)` when it is readable (or closed for
-/// reading), `Ok(false)` when only writable. A `poll_fn` over this is a few bytes in the task;
-/// `TcpStream::ready` would keep a 136-byte future in every connection's state.
-fn poll_socket(
-    stream: &TcpStream,
-    cx: &mut std::task::Context<'_>,
-    read: bool,
-    write: bool,
-) -> Poll<io::Result<bool>> {
-    if read {
-        match stream.poll_read_ready(cx) {
-            Poll::Ready(Ok(())) => return Poll::Ready(Ok(true)),
-            Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-            Poll::Pending => {}
-        }
-    }
-    if write {
-        match stream.poll_write_ready(cx) {
-            Poll::Ready(Ok(())) => return Poll::Ready(Ok(false)),
-            Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-            Poll::Pending => {}
-        }
-    }
-    Poll::Pending
-}
-
 /// While paused by back-pressure: until the awaited subscriber drains or the re-check interval
 /// passes. Never completes when not paused. The timer and the wait live on the heap, only while
 /// paused: inline they would enlarge every connection's task for a rare state.
@@ -160,20 +132,15 @@ async fn wait_while_paused(drained: Option<Arc<tokio::sync::Notify>>, paused: bo
     }
 }
 
-impl Connection {
-    fn new(
-        stream: TcpStream,
-        peer: SocketAddr,
+impl<T: Transport> Connection<T> {
+    /// A connection over `stream`, ready to [`run`](Connection::run).
+    pub(crate) fn new(
+        stream: T,
+        info: ConnectionInfo,
         broker: Arc<Broker>,
         settings: Arc<ConnectionSettings>,
-        over_capacity: bool,
         shutdown: Arc<ShutdownSignal>,
-    ) -> Connection {
-        let info = ConnectionInfo {
-            peer: Some(peer),
-            over_capacity,
-            ..ConnectionInfo::default()
-        };
+    ) -> Connection<T> {
         let channel = Channel::new(broker.clone(), info);
         Connection {
             stream,
@@ -191,7 +158,10 @@ impl Connection {
 
     /// Serves the connection to its end. Written as a block capturing `self` rather than an
     /// `async fn` taking `mut self`, which would hold the connection twice (argument and local).
-    fn run<G: Send + 'static>(self, guard: G) -> impl std::future::Future<Output = ()> + Send {
+    pub(crate) fn run<G: Send + 'static>(
+        self,
+        guard: G,
+    ) -> impl std::future::Future<Output = ()> + Send {
         let mut connection = self;
         async move {
             let _guard = &guard;
@@ -245,16 +215,18 @@ impl Connection {
                 continue;
             }
             let want_read = !(backlogged || paused);
-            let want_write = !self.out.is_empty();
+            let want_write = !self.out.is_empty() || self.stream.wants_flush();
             tokio::select! {
-                ready = std::future::poll_fn(|cx| poll_socket(&self.stream, cx, want_read, want_write)), if want_read || want_write => {
-                    match ready {
-                        Ok(true) => {
+                progress = std::future::poll_fn(|cx| self.stream.poll_progress(cx, want_read, &mut self.out)), if want_read || want_write => {
+                    match progress {
+                        Ok(Progress::Readable) => {
                             if let Some(close) = self.read_and_process()? {
                                 return Some(close);
                             }
                         }
-                        Ok(false) => {}
+                        Ok(Progress::Writable(written)) => {
+                            Stats::add(&self.broker.stats.bytes_sent, written as u64);
+                        }
                         Err(_) => return None,
                     }
                 }
@@ -419,8 +391,18 @@ impl Connection {
         tracing::debug!(peer = ?self.channel.peer(), reason = %close.reason, event = close.event, "connection_closing");
         let deadline = Instant::now() + CLOSE_LINGER;
         let flush = async {
-            while !self.out.is_empty() {
-                if self.stream.writable().await.is_err() || self.flush().is_err() {
+            while !self.out.is_empty() || self.stream.wants_flush() {
+                if self.flush().is_err() {
+                    return;
+                }
+                if self.out.is_empty() && !self.stream.wants_flush() {
+                    return;
+                }
+                let (stream, out) = (&mut self.stream, &mut self.out);
+                if std::future::poll_fn(|cx| stream.poll_progress(cx, false, out))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -429,15 +411,30 @@ impl Connection {
         if close.event == "client_disconnect" {
             return;
         }
-        let _ = self.stream.shutdown().await;
+        let stream = &mut self.stream;
+        let _ = tokio::time::timeout_at(
+            deadline,
+            std::future::poll_fn(|cx| stream.poll_shutdown(cx)),
+        )
+        .await;
         let mut discarded = 0usize;
-        // On the heap and only while lingering: an array here would live in every
-        // connection's task for its whole life (the future holds all its locals).
-        let mut sink = vec![0u8; 4096];
+        // Allocated only while lingering.
+        let mut sink = BytesMut::new();
+        let mut nothing = OutBuf::new();
         while discarded < CLOSE_LINGER_MAX_BYTES {
-            match tokio::time::timeout_at(deadline, self.stream.read(&mut sink)).await {
-                Ok(Ok(n)) if n > 0 => discarded += n,
+            let stream = &mut self.stream;
+            let readable = std::future::poll_fn(|cx| stream.poll_progress(cx, true, &mut nothing));
+            match tokio::time::timeout_at(deadline, readable).await {
+                Ok(Ok(_)) => {}
                 _ => break,
+            }
+            sink.clear();
+            sink.reserve(READ_CHUNK);
+            match self.stream.try_read_buf(&mut sink) {
+                Ok(0) => break,
+                Ok(n) => discarded += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
             }
         }
     }
@@ -465,7 +462,11 @@ mod tests {
         );
         let settings = Arc::new(ConnectionSettings::from_config(&config));
         let shutdown = Arc::new(ShutdownSignal::default());
-        let connection = Connection::new(client, addr, broker, settings, false, shutdown);
+        let info = ConnectionInfo {
+            peer: Some(addr),
+            ..ConnectionInfo::default()
+        };
+        let connection = Connection::new(client, info, broker, settings, shutdown);
         let task = connection.run(());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 800, "connection future is {size} bytes");

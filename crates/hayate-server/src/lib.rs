@@ -9,6 +9,7 @@ pub mod config;
 mod connection;
 mod listener;
 mod sys;
+mod transport;
 
 pub use config::{Config, ConfigError, ServerConfig};
 pub use listener::{Server, ServerHandle};

@@ -1,16 +1,19 @@
 //! Listeners and the server's lifetime: bind, accept, spawn connection tasks, run the timer
 //! and `$SYS` tasks, shut down.
 
-use crate::config::Config;
-use crate::connection::{spawn_connection, ConnectionSettings, ShutdownSignal};
-use hayate_core::{Broker, WakeList};
+use crate::config::{Config, ListenerConfig, TransportKind};
+use crate::connection::{spawn_connection, Connection, ConnectionSettings, ShutdownSignal};
+use crate::transport::psk::{PskAcceptorHandle, PskSettings};
+use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
+use crate::transport::{ws, BoxedStream, Polled};
+use hayate_core::{Broker, ConnectionInfo, ListenerInfo, WakeList};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
 /// How often delayed wills, session expiry and retained-message expiry are checked.
@@ -32,6 +35,8 @@ pub struct ServerHandle {
     local_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
+    /// Listeners with files to re-read on reload (certificates, PSK keys).
+    reloadable: Vec<Arc<ListenerRuntime>>,
 }
 
 impl Server {
@@ -48,13 +53,25 @@ impl Server {
         let active = Arc::new(LiveConnections::default());
         let mut tasks = JoinSet::new();
         let mut local_addrs = Vec::new();
-        for addr in &config.server.listen {
-            let listener = bind(*addr)?;
+        let mut reloadable = Vec::new();
+        let listeners = config
+            .server
+            .listen
+            .iter()
+            .map(|addr| ListenerConfig::tcp(*addr))
+            .chain(config.listeners.iter().cloned());
+        for listener_config in listeners {
+            let runtime = Arc::new(ListenerRuntime::new(&listener_config)?);
+            let listener = bind(listener_config.bind)?;
             let local = listener.local_addr()?;
-            tracing::info!(address = %local, "listening");
+            tracing::info!(address = %local, listener = %runtime.info.name, "listening");
             local_addrs.push(local);
+            if !matches!(runtime.acceptor, Acceptor::Tcp | Acceptor::Ws) {
+                reloadable.push(runtime.clone());
+            }
             tasks.spawn(accept_loop(
                 listener,
+                runtime,
                 broker.clone(),
                 settings.clone(),
                 active.clone(),
@@ -76,6 +93,7 @@ impl Server {
             local_addrs,
             shutdown,
             tasks,
+            reloadable,
         })
     }
 }
@@ -98,6 +116,30 @@ impl ServerHandle {
         while self.tasks.join_next().await.is_some() {}
     }
 
+    /// Re-reads the certificates, keys and PSK files of every listener that has them (on
+    /// SIGHUP). A file that fails to load keeps the previous settings of its listener; the
+    /// errors are returned (and logged). New connections use the new settings.
+    pub fn reload_transports(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for runtime in &self.reloadable {
+            let result = match &runtime.acceptor {
+                Acceptor::Tls(handle) | Acceptor::Wss(handle) => {
+                    handle.reload().map_err(|e| e.to_string())
+                }
+                Acceptor::Psk(handle) => handle.reload().map_err(|e| e.to_string()),
+                Acceptor::Tcp | Acceptor::Ws => Ok(()),
+            };
+            match result {
+                Ok(()) => tracing::info!(listener = %runtime.info.name, "listener_reloaded"),
+                Err(error) => {
+                    tracing::error!(listener = %runtime.info.name, %error, "listener_reload_failed");
+                    errors.push(format!("{}: {error}", runtime.info.name));
+                }
+            }
+        }
+        errors
+    }
+
     /// A sender that triggers shutdown when `true` is sent (for signal handlers).
     pub fn shutdown_trigger(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
@@ -116,6 +158,7 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 
 async fn accept_loop(
     listener: TcpListener,
+    runtime: Arc<ListenerRuntime>,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
     active: Arc<LiveConnections>,
@@ -123,7 +166,19 @@ async fn accept_loop(
 ) {
     let connections_shutdown = Arc::new(ShutdownSignal::default());
     let mut last_error_log: Option<tokio::time::Instant> = None;
+    let mut next_accept = tokio::time::Instant::now();
     loop {
+        if let Some(interval) = runtime.accept_interval {
+            // Connection-rate limit: the excess waits in the kernel's accept queue.
+            let now = tokio::time::Instant::now();
+            if next_accept > now {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_accept) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+            next_accept = next_accept.max(now) + interval;
+        }
         let accepted: io::Result<(TcpStream, SocketAddr)> = tokio::select! {
             result = listener.accept() => result,
             _ = shutdown.changed() => break,
@@ -133,28 +188,42 @@ async fn accept_loop(
                 if settings.tcp_nodelay {
                     let _ = stream.set_nodelay(true);
                 }
-                let over_capacity = active.count() >= settings.max_connections;
-                let guard = LiveConnections::enter(&active);
+                let over_capacity = active.count() >= settings.max_connections
+                    || runtime.live.count() >= runtime.max_connections;
+                let guard = (
+                    LiveConnections::enter(&active),
+                    LiveConnections::enter(&runtime.live),
+                );
+                let info = ConnectionInfo {
+                    peer: Some(peer),
+                    over_capacity,
+                    listener: runtime.info.clone(),
+                    transport_identity: None,
+                };
                 let broker = broker.clone();
                 let settings = settings.clone();
                 let shutdown = connections_shutdown.clone();
                 // Detached: a JoinSet entry per connection would cost memory for nothing; the
                 // guard counts it and lets shutdown wait for it.
-                spawn_connection(
-                    stream,
-                    peer,
-                    broker,
-                    settings,
-                    over_capacity,
-                    shutdown,
-                    guard,
-                );
+                if matches!(runtime.acceptor, Acceptor::Tcp) {
+                    spawn_connection(stream, info, broker, settings, shutdown, guard);
+                } else {
+                    tokio::spawn(handshake_then_serve(
+                        stream,
+                        info,
+                        runtime.clone(),
+                        broker,
+                        settings,
+                        shutdown,
+                        guard,
+                    ));
+                }
             }
             Err(error) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning, log once per interval.
                 let now = tokio::time::Instant::now();
                 if last_error_log.is_none_or(|at| now - at >= ACCEPT_ERROR_LOG_INTERVAL) {
-                    tracing::warn!(%error, "accept_failed");
+                    tracing::warn!(%error, listener = %runtime.info.name, "accept_failed");
                     last_error_log = Some(now);
                 }
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -164,6 +233,147 @@ async fn accept_loop(
     // Shutdown: tell this listener's connections, wait for them to flush and close.
     connections_shutdown.trigger();
     active.all_closed().await;
+}
+
+/// Runs the TLS / PSK / WebSocket handshake (at most `max_concurrent_handshakes` at once per
+/// listener, all within the connect timeout), then serves the connection.
+async fn handshake_then_serve<G: Send + 'static>(
+    stream: TcpStream,
+    mut info: ConnectionInfo,
+    runtime: Arc<ListenerRuntime>,
+    broker: Arc<Broker>,
+    settings: Arc<ConnectionSettings>,
+    shutdown: Arc<ShutdownSignal>,
+    guard: G,
+) {
+    let handshake = async {
+        let _permit = runtime
+            .handshakes
+            .acquire()
+            .await
+            .map_err(io::Error::other)?;
+        runtime.handshake(stream, settings.max_packet_size).await
+    };
+    let (transport, identity) = match tokio::time::timeout(settings.connect_timeout, handshake)
+        .await
+    {
+        Ok(Ok(done)) => done,
+        Ok(Err(error)) => {
+            tracing::debug!(listener = %runtime.info.name, peer = ?info.peer, %error, "handshake_failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(listener = %runtime.info.name, peer = ?info.peer, "handshake_timeout");
+            return;
+        }
+    };
+    info.transport_identity = identity.map(Arc::from);
+    Connection::new(Polled::new(transport), info, broker, settings, shutdown)
+        .run(guard)
+        .await;
+}
+
+/// What a listener does with an accepted socket before MQTT starts.
+#[derive(Debug)]
+enum Acceptor {
+    Tcp,
+    Tls(Arc<TlsAcceptorHandle>),
+    Psk(Arc<PskAcceptorHandle>),
+    Ws,
+    Wss(Arc<TlsAcceptorHandle>),
+}
+
+/// A listener's transport, limits and identity, shared by its accept loop and handshakes.
+#[derive(Debug)]
+struct ListenerRuntime {
+    acceptor: Acceptor,
+    info: Arc<ListenerInfo>,
+    max_connections: usize,
+    live: Arc<LiveConnections>,
+    handshakes: Semaphore,
+    accept_interval: Option<Duration>,
+    ws_path: String,
+}
+
+impl ListenerRuntime {
+    fn new(listener: &ListenerConfig) -> io::Result<ListenerRuntime> {
+        let tls_files = || TlsFiles {
+            cert_file: listener.cert_file.clone().unwrap_or_default(),
+            key_file: listener.key_file.clone().unwrap_or_default(),
+            ca_file: listener.ca_file.clone(),
+            require_certificate: listener.require_certificate,
+        };
+        let load_tls = || {
+            TlsAcceptorHandle::load(tls_files())
+                .map(Arc::new)
+                .map_err(io::Error::other)
+        };
+        let acceptor = match listener.transport {
+            TransportKind::Mqtt => Acceptor::Tcp,
+            TransportKind::Ws => Acceptor::Ws,
+            TransportKind::Mqtts => Acceptor::Tls(load_tls()?),
+            TransportKind::Wss => Acceptor::Wss(load_tls()?),
+            TransportKind::Psk => Acceptor::Psk(Arc::new(
+                PskAcceptorHandle::load(PskSettings {
+                    psk_file: listener.psk_file.clone().unwrap_or_default(),
+                    hint: listener.psk_hint.clone(),
+                    ciphers: listener.psk_ciphers.clone(),
+                })
+                .map_err(io::Error::other)?,
+            )),
+        };
+        Ok(ListenerRuntime {
+            acceptor,
+            info: Arc::new(ListenerInfo {
+                name: Arc::from(listener.display_name()),
+                allow_anonymous: listener.allow_anonymous,
+                identity_as_username: listener.use_identity_as_username,
+            }),
+            max_connections: listener.max_connections.unwrap_or(usize::MAX),
+            live: Arc::new(LiveConnections::default()),
+            handshakes: Semaphore::new(listener.max_concurrent_handshakes),
+            accept_interval: (listener.max_connection_rate > 0)
+                .then(|| Duration::from_secs(1) / listener.max_connection_rate),
+            ws_path: listener.ws_path.clone(),
+        })
+    }
+
+    /// The transport handshake; returns the byte stream and the identity it proved.
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+        max_packet_size: u32,
+    ) -> io::Result<(BoxedStream, Option<String>)> {
+        // A WebSocket frame may carry one whole MQTT packet, and a little more when a client
+        // packs several into one frame.
+        let max_frame = max_packet_size as usize + 64 * 1024;
+        match &self.acceptor {
+            Acceptor::Tcp => Err(io::Error::other("plain TCP has no handshake")),
+            Acceptor::Tls(handle) => {
+                let stream = handle.acceptor().accept(tcp).await?;
+                let identity = tls::client_identity(&stream);
+                Ok((Box::pin(stream), identity))
+            }
+            Acceptor::Psk(handle) => {
+                let (stream, identity) = handle.accept(tcp).await?;
+                Ok((Box::pin(stream), identity))
+            }
+            Acceptor::Ws => {
+                let stream = ws::accept(tcp, &self.ws_path, max_frame)
+                    .await
+                    .map_err(io::Error::other)?;
+                Ok((Box::pin(stream), None))
+            }
+            Acceptor::Wss(handle) => {
+                let tls_stream = handle.acceptor().accept(tcp).await?;
+                let identity = tls::client_identity(&tls_stream);
+                let stream = ws::accept(tls_stream, &self.ws_path, max_frame)
+                    .await
+                    .map_err(io::Error::other)?;
+                Ok((Box::pin(stream), identity))
+            }
+        }
+    }
 }
 
 /// Live connection tasks of all listeners: the count (for `max_connections`) and a signal when
