@@ -47,7 +47,7 @@ fn decode_hex(s: &str) -> Result<Vec<u8>, String> {
             pos + 1
         ));
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("key has an odd number of hex digits".into());
     }
     Ok(s.as_bytes()

@@ -6,7 +6,8 @@ pub mod listener;
 
 pub use listener::{ListenerConfig, TransportKind};
 
-use hayate_core::{BrokerConfig, StaticPolicy};
+use crate::security::AuthConfig;
+use hayate_core::BrokerConfig;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -24,8 +25,8 @@ pub struct Config {
     /// TCP addresses of `server.listen`.
     #[serde(rename = "listener")]
     pub listeners: Vec<ListenerConfig>,
-    /// Anonymous access and deny rules.
-    pub auth: StaticPolicy,
+    /// Authentication and authorisation (`[auth]`).
+    pub auth: AuthConfig,
 }
 
 /// Network and process settings.
@@ -49,6 +50,12 @@ pub struct ServerConfig {
     pub max_pending_write_bytes: usize,
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing filter directive).
     pub log_level: String,
+    /// Per-client inbound limit in bytes per second, enforced by pausing reads (0: none);
+    /// `[[listener]]` may override it.
+    pub max_inbound_bytes_per_sec: u64,
+    /// Per-client inbound limit in PUBLISH packets per second, enforced by pausing reads
+    /// (0: none); `[[listener]]` may override it.
+    pub max_inbound_messages_per_sec: u64,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +69,8 @@ impl Default for ServerConfig {
             sys_interval_secs: 10,
             max_pending_write_bytes: 1024 * 1024,
             log_level: "info".to_string(),
+            max_inbound_bytes_per_sec: 0,
+            max_inbound_messages_per_sec: 0,
         }
     }
 }

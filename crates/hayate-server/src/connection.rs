@@ -36,6 +36,10 @@ pub(crate) struct ConnectionSettings {
     pub connect_timeout: Duration,
     pub max_packet_size: u32,
     pub max_pending_write_bytes: usize,
+    /// Per-client inbound limit in bytes per second (0: none).
+    pub max_inbound_bytes_per_sec: u64,
+    /// Per-client inbound limit in PUBLISH packets per second (0: none).
+    pub max_inbound_messages_per_sec: u64,
 }
 
 impl ConnectionSettings {
@@ -46,6 +50,8 @@ impl ConnectionSettings {
             connect_timeout: config.server.connect_timeout(),
             max_packet_size: config.broker.max_packet_size,
             max_pending_write_bytes: config.server.max_pending_write_bytes.max(64 * 1024),
+            max_inbound_bytes_per_sec: config.server.max_inbound_bytes_per_sec,
+            max_inbound_messages_per_sec: config.server.max_inbound_messages_per_sec,
         }
     }
 }
@@ -63,6 +69,54 @@ pub(crate) struct Connection<T> {
     last_read: Instant,
     /// Complete packets were left in `read_buf` when back-pressure started.
     input_pending: bool,
+    /// Inbound rate limit; only when configured.
+    limit: Option<Box<InboundLimit>>,
+}
+
+/// A client's inbound rate limit: token buckets for bytes and PUBLISH packets, refilled
+/// continuously, holding at most one second's worth. Reading stops while either is empty
+/// (the client's bytes wait in TCP: nothing is dropped) and resumes when it has refilled.
+#[derive(Debug)]
+struct InboundLimit {
+    bytes_per_sec: f64,
+    messages_per_sec: f64,
+    bytes: f64,
+    messages: f64,
+    refilled: Instant,
+}
+
+impl InboundLimit {
+    fn new(settings: &ConnectionSettings, now: Instant) -> Option<Box<InboundLimit>> {
+        let (bytes, messages) = (
+            settings.max_inbound_bytes_per_sec,
+            settings.max_inbound_messages_per_sec,
+        );
+        (bytes > 0 || messages > 0).then(|| {
+            let rate = |r: u64| if r == 0 { f64::INFINITY } else { r as f64 };
+            Box::new(InboundLimit {
+                bytes_per_sec: rate(bytes),
+                messages_per_sec: rate(messages),
+                bytes: rate(bytes),
+                messages: rate(messages),
+                refilled: now,
+            })
+        })
+    }
+
+    /// `Some(when)` while a bucket is empty: reading may go on again then.
+    fn resume_at(&mut self, now: Instant) -> Option<Instant> {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.bytes = (self.bytes + elapsed * self.bytes_per_sec).min(self.bytes_per_sec);
+        self.messages =
+            (self.messages + elapsed * self.messages_per_sec).min(self.messages_per_sec);
+        let wait = f64::max(
+            -self.bytes / self.bytes_per_sec,
+            -self.messages / self.messages_per_sec,
+        );
+        // Resume once the deficit is paid back; tiny waits are not worth a timer.
+        (wait > 0.0005).then(|| now + Duration::from_secs_f64(wait))
+    }
 }
 
 /// Starts the task that serves one accepted plain-TCP connection. `guard` is dropped when the
@@ -112,12 +166,20 @@ impl ShutdownSignal {
     }
 }
 
-/// While paused by back-pressure: until the awaited subscriber drains or the re-check interval
-/// passes. Never completes when not paused. The timer and the wait live on the heap, only while
+/// While paused: until the inbound rate limit's buckets have refilled, or (back-pressure) until
+/// the awaited subscriber drains or the re-check interval passes. Never completes when not paused. The timer and the wait live on the heap, only while
 /// paused: inline they would enlarge every connection's task for a rare state.
-async fn wait_while_paused(drained: Option<Arc<tokio::sync::Notify>>, paused: bool) {
+async fn wait_while_paused(
+    drained: Option<Arc<tokio::sync::Notify>>,
+    paused: bool,
+    throttled_until: Option<Instant>,
+) {
     if !paused {
         return std::future::pending().await;
+    }
+    if let Some(until) = throttled_until {
+        // Over the inbound rate limit: until the buckets have refilled.
+        return Box::pin(tokio::time::sleep_until(until)).await;
     }
     let recheck = Box::pin(tokio::time::sleep(BACKPRESSURE_RECHECK));
     match drained {
@@ -142,6 +204,7 @@ impl<T: Transport> Connection<T> {
         shutdown: Arc<ShutdownSignal>,
     ) -> Connection<T> {
         let channel = Channel::new(broker.clone(), info);
+        let limit = InboundLimit::new(&settings, Instant::now());
         Connection {
             stream,
             broker,
@@ -153,6 +216,7 @@ impl<T: Transport> Connection<T> {
             wake: WakeList::new(),
             last_read: Instant::now(),
             input_pending: false,
+            limit,
         }
     }
 
@@ -206,7 +270,15 @@ impl<T: Transport> Connection<T> {
             } else {
                 None
             };
-            let paused = !backlogged && self.channel.is_backpressured(Instant::now().into_std());
+            let (paused, throttled_until) = {
+                let now = Instant::now();
+                let throttled_until = self.limit.as_mut().and_then(|limit| limit.resume_at(now));
+                let backpressured = self.channel.is_backpressured(now.into_std());
+                (
+                    !backlogged && (backpressured || throttled_until.is_some()),
+                    throttled_until,
+                )
+            };
             if self.input_pending && !paused && !backlogged {
                 // Resume with what was already read before reading more.
                 if let Some(close) = self.process_buffered(false) {
@@ -236,7 +308,7 @@ impl<T: Transport> Connection<T> {
                         return Some(close);
                     }
                 }
-                _ = wait_while_paused(drained, paused) => {}
+                _ = wait_while_paused(drained, paused, throttled_until) => {}
                 _ = &mut timer => {
                     if paused {
                         // Not reading is our doing, not the client's silence.
@@ -278,7 +350,13 @@ impl<T: Transport> Connection<T> {
     fn read_and_process(&mut self) -> Option<Option<Close>> {
         let mut read_total = 0;
         let mut eof = false;
-        while read_total < READ_BUDGET {
+        // Under a byte-rate limit read no more than the bucket holds (at least a little, so a
+        // packet header can always be read).
+        let budget = match &self.limit {
+            Some(limit) => (limit.bytes.max(0.0) as usize).clamp(1024, READ_BUDGET),
+            None => READ_BUDGET,
+        };
+        while read_total < budget {
             if self.read_buf.capacity() - self.read_buf.len() < READ_CHUNK / 4 {
                 self.read_buf.reserve(READ_CHUNK);
             }
@@ -297,6 +375,9 @@ impl<T: Transport> Connection<T> {
             }
         }
         if read_total > 0 {
+            if let Some(limit) = &mut self.limit {
+                limit.bytes -= read_total as f64;
+            }
             self.last_read = Instant::now();
             Stats::add(&self.broker.stats.bytes_received, read_total as u64);
         }
@@ -319,7 +400,11 @@ impl<T: Transport> Connection<T> {
         let mut close = None;
         self.input_pending = false;
         loop {
-            if !drain_all && self.channel.is_waiting() {
+            let throttled = self
+                .limit
+                .as_ref()
+                .is_some_and(|limit| limit.messages < 0.0);
+            if !drain_all && (self.channel.is_waiting() || throttled) {
                 self.input_pending = !self.read_buf.is_empty();
                 break;
             }
@@ -329,6 +414,11 @@ impl<T: Transport> Connection<T> {
                 self.settings.max_packet_size,
             ) {
                 Ok(Some(packet)) => {
+                    if let (Some(limit), hayate_codec::Packet::Publish(_)) =
+                        (&mut self.limit, &packet)
+                    {
+                        limit.messages -= 1.0;
+                    }
                     if let Err(c) =
                         self.channel
                             .handle_packet(packet, now, &mut self.out, &mut self.wake)
@@ -469,7 +559,7 @@ mod tests {
         let connection = Connection::new(client, info, broker, settings, shutdown);
         let task = connection.run(());
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 800, "connection future is {size} bytes");
+        assert!(size <= 830, "connection future is {size} bytes");
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 512, "SessionState is {session} bytes");
     }

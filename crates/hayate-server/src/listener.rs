@@ -69,11 +69,24 @@ impl Server {
             if !matches!(runtime.acceptor, Acceptor::Tcp | Acceptor::Ws) {
                 reloadable.push(runtime.clone());
             }
+            let listener_settings = match (
+                listener_config.max_inbound_bytes_per_sec,
+                listener_config.max_inbound_messages_per_sec,
+            ) {
+                (None, None) => settings.clone(),
+                (bytes, messages) => {
+                    let mut own = ConnectionSettings::from_config(&config);
+                    own.max_inbound_bytes_per_sec = bytes.unwrap_or(own.max_inbound_bytes_per_sec);
+                    own.max_inbound_messages_per_sec =
+                        messages.unwrap_or(own.max_inbound_messages_per_sec);
+                    Arc::new(own)
+                }
+            };
             tasks.spawn(accept_loop(
                 listener,
                 runtime,
                 broker.clone(),
-                settings.clone(),
+                listener_settings,
                 active.clone(),
                 shutdown_rx.clone(),
             ));

@@ -69,6 +69,10 @@ pub struct ListenerConfig {
     /// in the kernel's accept queue.
     #[serde(default)]
     pub max_connection_rate: u32,
+    /// Per-client inbound bytes per second on this listener (overrides the `[server]` value).
+    pub max_inbound_bytes_per_sec: Option<u64>,
+    /// Per-client inbound PUBLISH packets per second on this listener (overrides `[server]`).
+    pub max_inbound_messages_per_sec: Option<u64>,
 }
 
 fn default_psk_ciphers() -> String {
@@ -103,6 +107,8 @@ impl ListenerConfig {
             ws_path: default_ws_path(),
             max_concurrent_handshakes: default_max_handshakes(),
             max_connection_rate: 0,
+            max_inbound_bytes_per_sec: None,
+            max_inbound_messages_per_sec: None,
         }
     }
 
