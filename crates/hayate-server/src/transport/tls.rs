@@ -155,3 +155,66 @@ pub fn certificate_identity(der: &[u8]) -> Option<String> {
         _ => None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, DnType, KeyPair};
+
+    fn certificate(names: Vec<String>, common_name: Option<&str>) -> Vec<u8> {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(names).expect("params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        if let Some(cn) = common_name {
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
+        params
+            .self_signed(&key)
+            .expect("certificate")
+            .der()
+            .to_vec()
+    }
+
+    #[test]
+    fn identity_is_the_common_name_else_the_first_dns_san() {
+        let with_cn = certificate(vec!["device-7.example".into()], Some("alice"));
+        assert_eq!(certificate_identity(&with_cn).as_deref(), Some("alice"));
+        let san_only = certificate(vec!["device-7.example".into()], None);
+        assert_eq!(
+            certificate_identity(&san_only).as_deref(),
+            Some("device-7.example")
+        );
+        assert_eq!(certificate_identity(b"not a certificate"), None);
+    }
+
+    #[test]
+    fn missing_or_mismatched_files_are_named_in_the_error() {
+        let dir = std::env::temp_dir().join(format!("hayate-tls-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let key = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(vec!["localhost".into()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        let other_key = KeyPair::generate().expect("key");
+        std::fs::write(dir.join("cert.pem"), cert.pem()).expect("write");
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("write");
+        std::fs::write(dir.join("other.pem"), other_key.serialize_pem()).expect("write");
+        let files = |cert: &str, key: &str| TlsFiles {
+            cert_file: dir.join(cert),
+            key_file: dir.join(key),
+            ca_file: None,
+            require_certificate: false,
+        };
+        let handle = TlsAcceptorHandle::load(files("cert.pem", "key.pem")).expect("valid pair");
+        let missing = TlsAcceptorHandle::load(files("absent.pem", "key.pem")).unwrap_err();
+        assert!(missing.to_string().contains("absent.pem"), "{missing}");
+        let mismatch = TlsAcceptorHandle::load(files("cert.pem", "other.pem")).unwrap_err();
+        assert!(matches!(mismatch, TlsError::Rustls(_)), "{mismatch}");
+        // A reload that fails keeps the acceptor working.
+        std::fs::write(dir.join("cert.pem"), "garbage").expect("write");
+        assert!(handle.reload().is_err());
+        let _still_usable = handle.acceptor();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
