@@ -70,6 +70,8 @@ struct Entry {
     anchor: Instant,
     /// Position in the recency order.
     seq: u64,
+    /// End of the penalty window opened by the last failure (its time + the delay it set).
+    until: Instant,
 }
 
 /// Highest score kept: beyond it the delay is at its cap anyway (2^31 × base).
@@ -159,9 +161,28 @@ impl LoginThrottle {
                 (1, now)
             }
         };
-        self.entries.insert(key, Entry { score, anchor, seq });
+        let delay = self.delay_for_score(score);
+        let until = now.checked_add(delay).unwrap_or(now);
+        self.entries.insert(
+            key,
+            Entry {
+                score,
+                anchor,
+                seq,
+                until,
+            },
+        );
         self.order.insert(seq, key);
-        self.delay_for_score(score)
+        delay
+    }
+
+    /// What is left at `now` of the penalty window that the last failure from `ip` opened
+    /// (that failure's time plus the delay it set): a server refuses attempts from `ip`
+    /// without checking them until this is zero.
+    pub fn penalty(&self, ip: IpAddr, now: Instant) -> Duration {
+        self.entries
+            .get(&key_of(ip))
+            .map_or(Duration::ZERO, |e| e.until.saturating_duration_since(now))
     }
 
     /// Record a successful login from `ip`: its score is cleared.
@@ -273,6 +294,24 @@ mod tests {
         assert_eq!(t.record_failure(v4(1), t2), MS(100));
         t.purge(t2 + Duration::from_secs(10));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn penalty_window_runs_from_the_last_failure() {
+        let mut t = LoginThrottle::new(cfg());
+        let t0 = Instant::now();
+        assert_eq!(t.penalty(v4(1), t0), Duration::ZERO);
+        t.record_failure(v4(1), t0);
+        assert_eq!(t.penalty(v4(1), t0), MS(100));
+        assert_eq!(t.penalty(v4(1), t0 + MS(40)), MS(60));
+        assert_eq!(t.penalty(v4(1), t0 + MS(100)), Duration::ZERO);
+        // A second failure after the window: 200 ms from then.
+        let t1 = t0 + MS(150);
+        t.record_failure(v4(1), t1);
+        assert_eq!(t.penalty(v4(1), t1 + MS(50)), MS(150));
+        assert_eq!(t.penalty(v4(2), t1), Duration::ZERO);
+        t.record_success(v4(1));
+        assert_eq!(t.penalty(v4(1), t1), Duration::ZERO);
     }
 
     #[test]

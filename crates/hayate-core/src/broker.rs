@@ -2,7 +2,7 @@
 //! sessions (publishing, ending sessions, wills, timers).
 
 use crate::config::BrokerConfig;
-use crate::hooks::{AuthHook, ClientInfo};
+use crate::hooks::AuthHook;
 use crate::registry::{PendingWill, Registry, SessionCell};
 use crate::router::{RouteOutcome, Router, WakeList};
 use crate::stats::Stats;
@@ -67,9 +67,16 @@ impl Broker {
                 .retained
                 .store(stored as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        let outcome = self.router.route(&message, wake);
+        let outcome = self.router.route(&message, self.reader(), wake);
         Stats::add(&self.stats.publish_dropped, outcome.dropped as u64);
+        Stats::add(&self.stats.denied_delivery, outcome.denied as u64);
         outcome
+    }
+
+    /// The hook when it has read rules, to check each delivery with; `None` (no per-delivery
+    /// cost) otherwise.
+    pub fn reader(&self) -> Option<&dyn AuthHook> {
+        self.hooks.has_read_rules().then_some(&*self.hooks)
     }
 
     /// Publishes a broker-made message (e.g. `$SYS`) and wakes its receivers.
@@ -88,7 +95,8 @@ impl Broker {
         wake.iter().for_each(|doorbell| doorbell.notify_one());
     }
 
-    /// Publishes a will message, if its client may publish to its topic.
+    /// Publishes a will message, if the client that set it may publish to its topic (asked
+    /// now, with the rules in force now).
     pub(crate) fn publish_will(
         &self,
         cell: &SessionCell,
@@ -96,15 +104,9 @@ impl Broker {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let client = ClientInfo {
-            client_id: cell.client_id.clone(),
-            username: None,
-            peer: None,
-            listener: Default::default(),
-            transport_identity: None,
-        };
-        if !self.hooks.authorize_publish(&client, &will.will.topic) {
-            tracing::info!(client_id = %cell.client_id, topic = %will.will.topic, "will_denied");
+        if !self.hooks.authorize_publish(&will.client, &will.will.topic) {
+            tracing::info!(client_id = %cell.client_id, username = ?will.client.username, topic = %will.will.topic, "will_denied");
+            Stats::add(&self.stats.denied_publish, 1);
             return;
         }
         let properties = forwardable_properties(&will.will.properties);
@@ -149,7 +151,8 @@ impl Broker {
                     .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        self.router.redistribute_shared(cell.id, shared, wake);
+        self.router
+            .redistribute_shared(cell.id, shared, self.reader(), wake);
         self.registry.remove_if_current(cell);
         if let Some(will) = will {
             self.publish_will(cell, will, now, wake);
@@ -207,7 +210,8 @@ impl Broker {
             }
             (expiry, will_now, state.session.take_shared_deliveries())
         };
-        self.router.redistribute_shared(cell.id, shared, wake);
+        self.router
+            .redistribute_shared(cell.id, shared, self.reader(), wake);
         if let Some(will) = will_now {
             self.publish_will(cell, will, now, wake);
         }

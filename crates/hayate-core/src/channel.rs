@@ -6,12 +6,14 @@
 //! When a handler returns [`Close`], any DISCONNECT owed to a v5 client is already in the
 //! buffer; the transport flushes it, closes the socket and calls [`Channel::finish`].
 
+mod auth;
 mod connect;
 mod publish;
 mod subscribe;
 
 use crate::broker::Broker;
 use crate::hooks::{ClientInfo, ListenerInfo};
+use auth::AuthState;
 use crate::registry::{SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
@@ -50,6 +52,9 @@ pub struct Close {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     AwaitConnect,
+    /// CONNECT carried an Authentication Method and the AUTH exchange is under way: only
+    /// AUTH (or DISCONNECT) may come until CONNACK is sent.
+    Authenticating,
     Connected,
     Closed,
 }
@@ -64,8 +69,12 @@ pub struct Channel {
     phase: Phase,
     version: ProtocolVersion,
     cell: Option<Arc<SessionCell>>,
-    /// Who the client is, once connected (boxed: most of a connection's life it is only read).
-    client: Option<Box<ClientInfo>>,
+    /// Who the client is, once connected (shared with the session, which authorises
+    /// deliveries against it, and with the will).
+    client: Option<Arc<ClientInfo>>,
+    /// Enhanced authentication (v5 Authentication Method): the method, the exchange in
+    /// progress and the CONNECT waiting for it. Boxed: most connections never use it.
+    auth: Option<Box<AuthState>>,
     keep_alive: u16,
     /// Publish the will when the connection ends: true unless the client sent DISCONNECT
     /// (v5: other than 0x04) [MQTT-3.1.2-8] [MQTT-3.1.2-10].
@@ -116,6 +125,7 @@ impl Channel {
             version: ProtocolVersion::V311,
             cell: None,
             client: None,
+            auth: None,
             keep_alive: 0,
             will_on_close: true,
             connect_expiry_zero: true,
@@ -181,6 +191,7 @@ impl Channel {
                     event: "first_packet_not_connect",
                 }),
             },
+            Phase::Authenticating => self.handle_authenticating(packet, now, out, wake),
             Phase::Closed => Err(Close {
                 reason: ReasonCode::PROTOCOL_ERROR,
                 event: "packet_after_close",
@@ -241,11 +252,7 @@ impl Channel {
                 // [MQTT-3.1.0-2] a second CONNECT is a protocol violation.
                 Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "second_connect", out))
             }
-            Packet::Auth(_) => {
-                // No enhanced authentication method was agreed at CONNECT, so AUTH is a
-                // protocol error [MQTT-4.12.0-...] [MQTT-3.15.2-...].
-                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "unexpected_auth", out))
-            }
+            Packet::Auth(auth) => self.handle_reauth(auth, out),
             Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
                 Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "server_packet_from_client", out))
             }

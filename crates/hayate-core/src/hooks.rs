@@ -1,9 +1,16 @@
 //! Authentication and authorisation hooks. The broker asks; the hook decides. Password files,
-//! ACL files and JWT plug in here later without the router or channel knowing.
+//! ACL files, SCRAM and JWT plug in here (see `hayate-server::security`) without the router
+//! or channel knowing.
+//!
+//! Every method is synchronous and called from a connection's task (or the timer task), some
+//! of them under a session lock: a hook must not block for long, and must never call back
+//! into the broker. A hook that has to do something slow (an argon2id hash) does it in a way
+//! that does not stall other connections (`tokio::task::block_in_place` on the server side).
 
 use hayate_codec::ReasonCode;
 use hayate_topic::matches_filter;
 use serde::Deserialize;
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -12,7 +19,8 @@ use std::sync::Arc;
 pub struct ClientInfo {
     /// Client identifier (after assignment).
     pub client_id: Arc<str>,
-    /// User name from CONNECT, if any.
+    /// User name: from CONNECT, or the one authentication established (transport identity,
+    /// JWT username claim, SCRAM user).
     pub username: Option<Arc<str>>,
     /// Remote address, if the transport has one.
     pub peer: Option<SocketAddr>,
@@ -20,6 +28,9 @@ pub struct ClientInfo {
     pub listener: Arc<ListenerInfo>,
     /// Identity proved by the transport (client certificate CN/SAN or TLS-PSK identity).
     pub transport_identity: Option<Arc<str>>,
+    /// Whatever the hook attached at authentication for its own later decisions (for
+    /// example the ACL carried in a JWT). Opaque to the broker.
+    pub grant: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 /// A listener's name and the authentication settings that differ per listener.
@@ -33,16 +44,91 @@ pub struct ListenerInfo {
     pub identity_as_username: bool,
 }
 
-/// Decides who may connect and what they may publish and subscribe to.
+/// What a successful authentication established about the client.
+#[derive(Debug, Default, Clone)]
+pub struct Authenticated {
+    /// Replaces the CONNECT user name (transport identity, JWT username claim, SCRAM user).
+    pub username: Option<Arc<str>>,
+    /// Stored in [`ClientInfo::grant`].
+    pub grant: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// One step of an MQTT v5 enhanced authentication exchange (section 4.12).
+#[derive(Debug)]
+pub enum AuthStep {
+    /// Send this Authentication Data in an AUTH packet with reason 0x18 (Continue
+    /// authentication) and wait for the client's next AUTH.
+    Continue(Vec<u8>),
+    /// Authenticated: the data (if any) goes into the CONNACK (or, on re-authentication, the
+    /// AUTH 0x00 Success packet).
+    Success(Option<Vec<u8>>, Authenticated),
+    /// Refused with this reason code: CONNACK (or, on re-authentication, DISCONNECT), then
+    /// the connection is closed [MQTT-4.12.0-4] [MQTT-4.12.1-2].
+    Fail(ReasonCode),
+}
+
+/// The server side of one enhanced authentication exchange, owned by the connection for as
+/// long as the exchange lasts.
+pub trait EnhancedAuth: Send + std::fmt::Debug {
+    /// Feeds the client's Authentication Data (from CONNECT, or from an AUTH packet; empty
+    /// when the packet carried none).
+    fn step(&mut self, data: &[u8]) -> AuthStep;
+}
+
+/// Decides who may connect and what they may publish, subscribe to and receive.
 pub trait AuthHook: Send + Sync + std::fmt::Debug {
-    /// `Ok(())` admits the client; `Err(code)` refuses it with that v5 reason code (mapped to
-    /// the v3 return code by the caller).
-    fn authenticate(&self, client: &ClientInfo, password: Option<&[u8]>) -> Result<(), ReasonCode>;
-    /// May `client` publish to `topic`?
+    /// Authenticates a CONNECT without an Authentication Method. `Ok` admits the client (with
+    /// what it established); `Err(code)` refuses it with that v5 reason code (mapped to the
+    /// v3 return code by the caller).
+    fn authenticate(
+        &self,
+        client: &ClientInfo,
+        password: Option<&[u8]>,
+    ) -> Result<Authenticated, ReasonCode>;
+
+    /// Starts an enhanced authentication exchange for `method` (the CONNECT's, or a
+    /// re-authentication's, Authentication Method). `Err(code)` refuses at once: 0x8C Bad
+    /// authentication method for a method the hook does not support [MQTT-4.12.0-1].
+    fn start_enhanced_auth(
+        &self,
+        client: &ClientInfo,
+        method: &str,
+    ) -> Result<Box<dyn EnhancedAuth>, ReasonCode> {
+        let _ = (client, method);
+        Err(ReasonCode::BAD_AUTHENTICATION_METHOD)
+    }
+
+    /// May `client` publish to `topic`? (Will messages are asked too, with the ClientInfo of
+    /// the connection that set them.)
     fn authorize_publish(&self, client: &ClientInfo, topic: &str) -> bool;
+
+    /// When a v3 client's PUBLISH is refused, close its connection instead of acknowledging
+    /// and dropping the message (v3 has no way to say no).
+    fn disconnect_v3_on_denied_publish(&self) -> bool {
+        false
+    }
+
     /// May `client` subscribe to `filter`? (Shared subscriptions are asked with the inner
     /// filter.) `Err(code)` refuses with that v5 SUBACK reason code (v3 clients get 0x80).
     fn authorize_subscribe(&self, client: &ClientInfo, filter: &str) -> Result<(), ReasonCode>;
+
+    /// Whether [`AuthHook::authorize_read`] can ever say no. Asked once per routed message;
+    /// when false the per-delivery check is skipped entirely.
+    fn has_read_rules(&self) -> bool {
+        false
+    }
+
+    /// May a message on `topic` be delivered to `client` (the subscriber, or for an offline
+    /// persistent session the client that last used it)? Asked for every delivery, retained
+    /// messages and wills included, while the subscriber's session is locked: keep it cheap.
+    fn authorize_read(&self, client: &ClientInfo, topic: &str) -> bool {
+        let _ = (client, topic);
+        true
+    }
+
+    /// Re-reads whatever the hook loaded from files (SIGHUP). Keeps the old rules when the
+    /// new ones cannot be read.
+    fn reload(&self) {}
 }
 
 /// The built-in policy: anonymous access on or off, and deny lists of topic patterns.
@@ -74,39 +160,54 @@ impl Default for StaticPolicy {
     }
 }
 
+impl StaticPolicy {
+    /// Whether `deny_publish` refuses `topic`.
+    pub fn publish_denied(&self, topic: &str) -> bool {
+        self.deny_publish
+            .iter()
+            .any(|pattern| matches_filter(pattern, topic))
+    }
+
+    /// The SUBACK reason code when `deny_subscribe` refuses `filter`.
+    pub fn subscribe_denied(&self, filter: &str) -> Option<ReasonCode> {
+        let denied = self
+            .deny_subscribe
+            .iter()
+            .any(|pattern| pattern == filter || matches_filter(pattern, filter));
+        if !denied {
+            return None;
+        }
+        // Only failure codes may refuse a subscription; anything else means Not authorized.
+        let code = ReasonCode(self.deny_subscribe_reason_code);
+        Some(if code.is_error() {
+            code
+        } else {
+            ReasonCode::NOT_AUTHORIZED
+        })
+    }
+}
+
 impl AuthHook for StaticPolicy {
     fn authenticate(
         &self,
         client: &ClientInfo,
         _password: Option<&[u8]>,
-    ) -> Result<(), ReasonCode> {
-        if client.username.is_none() && !self.allow_anonymous {
+    ) -> Result<Authenticated, ReasonCode> {
+        let allow_anonymous = client.listener.allow_anonymous.unwrap_or(self.allow_anonymous);
+        if client.username.is_none() && !allow_anonymous {
             return Err(ReasonCode::NOT_AUTHORIZED);
         }
-        Ok(())
+        Ok(Authenticated::default())
     }
 
     fn authorize_publish(&self, _client: &ClientInfo, topic: &str) -> bool {
-        !self
-            .deny_publish
-            .iter()
-            .any(|pattern| matches_filter(pattern, topic))
+        !self.publish_denied(topic)
     }
 
     fn authorize_subscribe(&self, _client: &ClientInfo, filter: &str) -> Result<(), ReasonCode> {
-        let denied = self
-            .deny_subscribe
-            .iter()
-            .any(|pattern| pattern == filter || matches_filter(pattern, filter));
-        if denied {
-            // Only failure codes may refuse a subscription; anything else means Not authorized.
-            let code = ReasonCode(self.deny_subscribe_reason_code);
-            return Err(if code.is_error() {
-                code
-            } else {
-                ReasonCode::NOT_AUTHORIZED
-            });
+        match self.subscribe_denied(filter) {
+            Some(code) => Err(code),
+            None => Ok(()),
         }
-        Ok(())
     }
 }

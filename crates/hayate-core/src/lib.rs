@@ -24,7 +24,9 @@ pub use broker::Broker;
 pub use channel::{Channel, Close, ConnectionInfo};
 pub use config::{BrokerConfig, SharedStrategy};
 pub use hayate_session::{Delivery, Message, OutBuf};
-pub use hooks::{AuthHook, ClientInfo, ListenerInfo, StaticPolicy};
+pub use hooks::{
+    AuthHook, AuthStep, Authenticated, ClientInfo, EnhancedAuth, ListenerInfo, StaticPolicy,
+};
 pub use registry::SessionCell;
 pub use router::WakeList;
 pub use stats::Stats;

@@ -5,6 +5,7 @@
 //! Lock order: the registry map, then a session's state. A session's state is never held
 //! while taking the router's index locks (see `docs/ARCHITECTURE.md`, "Locks").
 
+use crate::hooks::ClientInfo;
 use hayate_codec::{QoS, SubscriptionOptions, Will};
 use hayate_session::Session;
 use parking_lot::Mutex;
@@ -28,8 +29,10 @@ pub struct SubscriptionRecord {
 pub struct PendingWill {
     /// The will from CONNECT.
     pub will: Will,
-    /// Who published it (for ACL checks and No Local).
+    /// The session that published it (for No Local).
     pub publisher: u64,
+    /// The connection that set it, as authenticated: the will is authorised as its publish.
+    pub client: Arc<ClientInfo>,
 }
 
 /// Everything a session keeps, guarded by one lock.
@@ -61,6 +64,9 @@ pub struct SessionState {
     /// Rung (`notify_waiters`) when the session drains below its congestion mark, to resume
     /// the publishers paused on it. Made the first time the session becomes congested.
     pub drained: Option<Arc<Notify>>,
+    /// The client attached, or the last one while the session is offline: deliveries are
+    /// authorised against it (`AuthHook::authorize_read`).
+    pub client: Option<Arc<ClientInfo>>,
 }
 
 /// A session shared between the registry, the router (subscriptions point at it) and the
@@ -133,6 +139,7 @@ impl Registry {
                 ended: false,
                 doorbell: None,
                 drained: None,
+                client: None,
             }),
         });
         let replaced = sessions.insert(client_id.clone(), cell.clone());

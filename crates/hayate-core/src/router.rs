@@ -8,7 +8,8 @@
 //! No session lock is held while the index lock is taken.
 
 use crate::config::SharedStrategy;
-use crate::registry::{SessionCell, SubscriptionRecord};
+use crate::hooks::AuthHook;
+use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
 use hayate_codec::{QoS, SubscriptionOptions};
 use hayate_session::{Delivery, EnqueueOutcome, Message};
 use hayate_topic::{RetainedTree, SubscriptionIndex};
@@ -47,6 +48,8 @@ pub struct RouteOutcome {
     pub delivered: usize,
     /// Sessions that matched but dropped it (queue full, offline QoS 0).
     pub dropped: usize,
+    /// Sessions that matched but may not read the topic (`AuthHook::authorize_read`).
+    pub denied: usize,
     /// A session with a connection attached whose queue is now congested
     /// (`Session::is_congested`): the publisher should pause reading while it drains.
     pub congested: Option<Arc<SessionCell>>,
@@ -147,7 +150,16 @@ impl Router {
     /// the highest granted QoS of its matching subscriptions, carrying all their subscription
     /// identifiers [MQTT-3.3.4-3] [MQTT-3.3.4-5]; plus one member of each matching shared group
     /// [MQTT-4.8.2-...]. Sessions that need waking are appended to `wake`.
-    pub fn route(&self, message: &Arc<Message>, wake: &mut WakeList) -> RouteOutcome {
+    ///
+    /// With `reader` (a hook whose `has_read_rules` is true) each delivery is first checked
+    /// with `authorize_read` against the subscriber's `ClientInfo`; without it delivery costs
+    /// nothing extra.
+    pub fn route(
+        &self,
+        message: &Arc<Message>,
+        reader: Option<&dyn AuthHook>,
+        wake: &mut WakeList,
+    ) -> RouteOutcome {
         let mut targets: Vec<Target> = Vec::new();
         let mut groups: Vec<Arc<SharedGroup>> = Vec::new();
         {
@@ -172,21 +184,22 @@ impl Router {
                 subscription_ids: target.subscription_ids,
                 shared_group: None,
             };
-            enqueue(&target.cell, delivery, wake, &mut outcome);
+            enqueue(&target.cell, delivery, reader, wake, &mut outcome);
         }
         for group in groups {
-            self.deliver_to_group(&group, message, None, wake, &mut outcome);
+            self.deliver_to_group(&group, message, None, reader, wake, &mut outcome);
         }
         outcome
     }
 
     /// Hands a message to one member of a shared group, skipping `exclude` (a member that went
-    /// away) and preferring members that are online.
+    /// away) and members that may not read the topic, and preferring members that are online.
     fn deliver_to_group(
         &self,
         group: &SharedGroup,
         message: &Arc<Message>,
         exclude: Option<u64>,
+        reader: Option<&dyn AuthHook>,
         wake: &mut WakeList,
         outcome: &mut RouteOutcome,
     ) {
@@ -209,11 +222,28 @@ impl Router {
                     as usize,
             };
             let n = candidates.len();
-            // First online member from the strategy's pick onwards; else the pick itself.
-            let online = (0..n)
-                .map(|i| candidates[(start + i) % n])
-                .find(|m| m.cell.state.lock().session.is_attached());
-            online.unwrap_or(candidates[start % n]).clone()
+            // First online member from the strategy's pick onwards; else the first offline
+            // one from there (the pick itself when every member may read).
+            let mut offline = None;
+            let mut online = None;
+            for member in (0..n).map(|i| candidates[(start + i) % n]) {
+                let state = member.cell.state.lock();
+                if !may_read(reader, &state, message) {
+                    continue;
+                }
+                if state.session.is_attached() {
+                    online = Some(member);
+                    break;
+                }
+                offline.get_or_insert(member);
+            }
+            match online.or(offline) {
+                Some(member) => member.clone(),
+                None => {
+                    outcome.denied += 1;
+                    return;
+                }
+            }
         };
         let delivery = Delivery {
             message: message.clone(),
@@ -222,7 +252,8 @@ impl Router {
             subscription_ids: chosen.record.subscription_id.into_iter().collect(),
             shared_group: Some(group.key.clone()),
         };
-        enqueue(&chosen.cell, delivery, wake, outcome);
+        // Already checked: the group member was chosen among those that may read.
+        enqueue(&chosen.cell, delivery, None, wake, outcome);
     }
 
     /// Gives deliveries that a departing member of shared groups had not completed to other
@@ -231,6 +262,7 @@ impl Router {
         &self,
         from: u64,
         deliveries: Vec<hayate_session::Delivery>,
+        reader: Option<&dyn AuthHook>,
         wake: &mut WakeList,
     ) -> RouteOutcome {
         let mut outcome = RouteOutcome::default();
@@ -244,7 +276,14 @@ impl Router {
             let group_name: Arc<str> = Arc::from(shared.group);
             let group = self.shared.read().get(shared.filter, &group_name).cloned();
             if let Some(group) = group {
-                self.deliver_to_group(&group, &delivery.message, Some(from), wake, &mut outcome);
+                self.deliver_to_group(
+                    &group,
+                    &delivery.message,
+                    Some(from),
+                    reader,
+                    wake,
+                    &mut outcome,
+                );
             }
         }
         outcome
@@ -326,13 +365,31 @@ fn merge_targets(targets: &mut Vec<Target>) {
     *targets = merged;
 }
 
+/// Whether the session's client may receive `message` (always, without read rules). A
+/// session that never had a client is refused.
+fn may_read(reader: Option<&dyn AuthHook>, state: &SessionState, message: &Message) -> bool {
+    match reader {
+        None => true,
+        Some(hook) => state
+            .client
+            .as_deref()
+            .is_some_and(|client| hook.authorize_read(client, &message.topic)),
+    }
+}
+
 fn enqueue(
     cell: &Arc<SessionCell>,
     delivery: Delivery,
+    reader: Option<&dyn AuthHook>,
     wake: &mut WakeList,
     outcome: &mut RouteOutcome,
 ) {
     let mut state = cell.state.lock();
+    if !may_read(reader, &state, &delivery.message) {
+        outcome.denied += 1;
+        tracing::debug!(client_id = %cell.client_id, topic = %delivery.message.topic, "delivery_denied");
+        return;
+    }
     match state.session.enqueue(delivery) {
         EnqueueOutcome::Queued { wake: needs_wake } => {
             outcome.delivered += 1;

@@ -31,6 +31,18 @@ pub struct Stats {
     pub retained: AtomicU64,
     /// Subscriptions held.
     pub subscriptions: AtomicU64,
+    /// Authentications refused (CONNECT, and re-authentication), throttled ones included.
+    pub auth_failed: AtomicU64,
+    /// Of those, refused without checking because the source address was inside its
+    /// penalty window after earlier failures (v5 0x9F).
+    pub auth_throttled: AtomicU64,
+    /// PUBLISH packets (and wills) refused by authorisation.
+    pub denied_publish: AtomicU64,
+    /// Subscriptions refused by authorisation.
+    pub denied_subscribe: AtomicU64,
+    /// Deliveries withheld because the subscriber may not read the topic (retained messages
+    /// and wills included).
+    pub denied_delivery: AtomicU64,
 }
 
 impl Stats {

@@ -1,10 +1,12 @@
 //! CONNECT → CONNACK: client identifier rules, authentication, session open/resume/takeover,
 //! negotiated limits.
 
+use super::auth::AuthState;
 use super::{Channel, Close, Phase};
-use crate::hooks::ClientInfo;
+use crate::hooks::{Authenticated, ClientInfo};
 use crate::registry::PendingWill;
 use crate::router::WakeList;
+use bytes::Bytes;
 use hayate_codec::{ConnAck, Connect, Packet, Properties, ProtocolVersion, QoS, ReasonCode};
 use hayate_session::{ConnectionParams, OutBuf, Session};
 use std::sync::Arc;
@@ -30,15 +32,6 @@ impl Channel {
         if self.info.over_capacity {
             return Err(self.refuse(ReasonCode::QUOTA_EXCEEDED, "max_connections", out));
         }
-        if v5 && connect.properties.authentication_method.is_some() {
-            // No enhanced authentication method is configured [MQTT-4.12.0-1].
-            return Err(self.refuse(
-                ReasonCode::BAD_AUTHENTICATION_METHOD,
-                "unsupported_auth_method",
-                out,
-            ));
-        }
-
         // Client identifier [MQTT-3.1.3-3] .. [MQTT-3.1.3-8].
         let mut assigned = None;
         let client_id: Arc<str> = if connect.client_id.is_empty() {
@@ -92,19 +85,78 @@ impl Channel {
         }
 
         let client = ClientInfo {
-            client_id: client_id.clone(),
+            client_id,
             username: connect.username.as_ref().map(|u| Arc::from(u.as_str())),
             peer: self.info.peer,
             listener: self.info.listener.clone(),
             transport_identity: self.info.transport_identity.clone(),
+            grant: None,
         };
-        if let Err(reason) = self
+        let method = connect
+            .properties
+            .authentication_method
+            .clone()
+            .filter(|_| v5);
+        if let Some(method) = method {
+            // Enhanced authentication [MQTT-4.12.0-1]: the hook runs the exchange; the
+            // password, if any, is not checked separately.
+            let mut exchange = match self.broker.hooks.start_enhanced_auth(&client, &method) {
+                Ok(exchange) => exchange,
+                Err(reason) => return Err(self.auth_failed(reason, "enhanced_auth_refused", out)),
+            };
+            let data = connect.properties.authentication_data.clone();
+            let step = exchange.step(data.as_deref().unwrap_or_default());
+            self.auth = Some(Box::new(AuthState::new(method)));
+            let pending = super::auth::PendingConnect {
+                connect,
+                client,
+                assigned,
+            };
+            return self.connect_auth_step(step, exchange, Box::new(pending), now, out, wake);
+        }
+        match self
             .broker
             .hooks
             .authenticate(&client, connect.password.as_deref())
         {
-            return Err(self.refuse(reason, "authentication_failed", out));
+            Ok(authenticated) => {
+                let client = admitted(client, authenticated);
+                self.complete_connect(connect, client, assigned, None, now, out, wake)
+            }
+            Err(reason) => Err(self.auth_failed(reason, "authentication_failed", out)),
         }
+    }
+
+    /// Refuses a CONNECT whose authentication failed, and counts it.
+    pub(super) fn auth_failed(
+        &mut self,
+        reason: ReasonCode,
+        event: &'static str,
+        out: &mut OutBuf,
+    ) -> Close {
+        count_auth_failure(&self.broker.stats, reason);
+        self.refuse(reason, event, out)
+    }
+
+    /// The rest of CONNECT once the client is authenticated: keep alive, session open, resume
+    /// or takeover, CONNACK (with the enhanced authentication's method and final data).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn complete_connect(
+        &mut self,
+        connect: Connect,
+        client: ClientInfo,
+        assigned: Option<Arc<str>>,
+        auth_data: Option<Vec<u8>>,
+        now: Instant,
+        out: &mut OutBuf,
+        wake: &mut WakeList,
+    ) -> Result<(), Close> {
+        let version = connect.protocol;
+        let broker = self.broker.clone();
+        let config = &broker.config;
+        let v5 = version.is_v5();
+        let client_id = client.client_id.clone();
+        let client = Arc::new(client);
 
         // Keep alive: v5 clients asking for more than the maximum (or for none while a
         // maximum is set) are told the Server Keep Alive [MQTT-3.2.2-21].
@@ -182,8 +234,10 @@ impl Channel {
                 Box::new(PendingWill {
                     will,
                     publisher: cell.id,
+                    client: client.clone(),
                 })
             });
+            state.client = Some(client.clone());
             state.session.attach(params);
             (old_will, old_doorbell.filter(|_| taking_over))
         };
@@ -195,7 +249,7 @@ impl Channel {
         }
 
         self.cell = Some(cell);
-        self.client = Some(Box::new(client));
+        self.client = Some(client);
         self.phase = Phase::Connected;
         self.broker.stats.client_connected();
 
@@ -224,6 +278,12 @@ impl Channel {
             {
                 properties.response_information = Some(config.response_information.as_str().into());
             }
+            // [MQTT-4.12.0-5] a successful CONNACK after enhanced authentication carries the
+            // method; [MQTT-4.12.0-6] never without one in CONNECT.
+            if let Some(auth) = &self.auth {
+                properties.authentication_method = Some(auth.method.clone());
+                properties.authentication_data = auth_data.map(Bytes::from);
+            }
         }
         let connack = ConnAck {
             session_present: opened.session_present,
@@ -244,7 +304,7 @@ impl Channel {
 
     /// Refuses a CONNECT with CONNACK (v5 reason, or the matching v3 return code)
     /// [MQTT-3.2.2-6] [MQTT-3.2.2-7] and closes.
-    fn refuse(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
+    pub(super) fn refuse(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
         let code = if self.version.is_v5() {
             reason
         } else {
@@ -267,8 +327,29 @@ fn v3_return_code(reason: ReasonCode) -> ReasonCode {
     match reason {
         ReasonCode::UNSUPPORTED_PROTOCOL_VERSION => ReasonCode::V3_UNACCEPTABLE_PROTOCOL_VERSION,
         ReasonCode::CLIENT_IDENTIFIER_NOT_VALID => ReasonCode::V3_IDENTIFIER_REJECTED,
-        ReasonCode::BAD_USER_NAME_OR_PASSWORD => ReasonCode::V3_BAD_USER_NAME_OR_PASSWORD,
-        ReasonCode::NOT_AUTHORIZED | ReasonCode::BANNED => ReasonCode::V3_NOT_AUTHORIZED,
+        // A wrong password is "not authorised" (0x05), as Mosquitto answers; 3.1.1's 0x04 is
+        // for a user name or password that is malformed.
+        ReasonCode::BAD_USER_NAME_OR_PASSWORD
+        | ReasonCode::NOT_AUTHORIZED
+        | ReasonCode::BANNED
+        | ReasonCode::BAD_AUTHENTICATION_METHOD => ReasonCode::V3_NOT_AUTHORIZED,
         _ => ReasonCode::V3_SERVER_UNAVAILABLE,
+    }
+}
+
+/// The client as admitted: the user name and grant that authentication established.
+pub(super) fn admitted(mut client: ClientInfo, authenticated: Authenticated) -> ClientInfo {
+    if let Some(username) = authenticated.username {
+        client.username = Some(username);
+    }
+    client.grant = authenticated.grant;
+    client
+}
+
+/// Counts a refused authentication (and whether it was refused for throttling).
+pub(super) fn count_auth_failure(stats: &crate::stats::Stats, reason: ReasonCode) {
+    crate::stats::Stats::add(&stats.auth_failed, 1);
+    if reason == ReasonCode::CONNECTION_RATE_EXCEEDED {
+        crate::stats::Stats::add(&stats.auth_throttled, 1);
     }
 }

@@ -75,8 +75,14 @@ impl Channel {
         };
         if !allowed {
             tracing::info!(client_id = ?self.client_id(), topic = %publish.topic, "publish_denied");
+            Stats::add(&self.broker.stats.denied_publish, 1);
             if self.version.is_v5() {
                 self.refuse_publish(&publish, ReasonCode::NOT_AUTHORIZED, out);
+            } else if self.broker.hooks.disconnect_v3_on_denied_publish() {
+                // Configured to close v3 connections that publish where they may not (the
+                // only refusal a v3 client notices).
+                self.forget_qos2(&publish, out);
+                return Err(self.close_with(ReasonCode::NOT_AUTHORIZED, "publish_denied", out));
             } else {
                 // v3 cannot say no: acknowledge and drop [MQTT-3.3.5-2].
                 self.acknowledge(&publish, ReasonCode::SUCCESS, out);

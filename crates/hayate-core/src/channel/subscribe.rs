@@ -90,6 +90,7 @@ impl Channel {
         };
         if let Err(code) = verdict {
             tracing::info!(client_id = ?self.client_id(), filter, "subscribe_denied");
+            crate::stats::Stats::add(&self.broker.stats.denied_subscribe, 1);
             return Ok(failure(code));
         }
         let Some(cell) = self.cell.clone() else {
@@ -131,7 +132,16 @@ impl Channel {
             && options.retain_handling != RETAIN_NEVER
             && !(options.retain_handling == RETAIN_IF_NEW && existed);
         if send_retained {
-            for message in self.broker.router.retained_matching(inner, now) {
+            // Retained messages are deliveries too: each is checked against the subscriber's
+            // read access, when the hook has read rules.
+            let reader = broker.reader();
+            for message in broker.router.retained_matching(inner, now) {
+                if let (Some(hook), Some(client)) = (reader, &self.client) {
+                    if !hook.authorize_read(client, &message.topic) {
+                        crate::stats::Stats::add(&broker.stats.denied_delivery, 1);
+                        continue;
+                    }
+                }
                 retained.push(Delivery {
                     qos: message.qos.min(options.qos),
                     message,
