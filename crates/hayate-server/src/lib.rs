@@ -8,8 +8,10 @@
 pub mod config;
 mod connection;
 mod listener;
+pub mod security;
 mod sys;
 mod transport;
 
 pub use config::{Config, ConfigError, ServerConfig};
 pub use listener::{Server, ServerHandle};
+pub use security::{AuthConfig, SecurityHook};

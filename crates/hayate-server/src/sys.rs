@@ -124,6 +124,16 @@ pub(crate) async fn sys_loop(
             "$SYS/broker/subscriptions/count",
             counter(&stats.subscriptions),
         );
+        // Hayate's own: authentication and authorisation refusals (Mosquitto has none).
+        for (topic, value) in [
+            ("$SYS/broker/auth/failed", &stats.auth_failed),
+            ("$SYS/broker/auth/throttled", &stats.auth_throttled),
+            ("$SYS/broker/auth/denied/publish", &stats.denied_publish),
+            ("$SYS/broker/auth/denied/subscribe", &stats.denied_subscribe),
+            ("$SYS/broker/auth/denied/delivery", &stats.denied_delivery),
+        ] {
+            publish(topic, counter(value));
+        }
         for (load, source) in loads.iter_mut() {
             load.update(Stats::get(source), interval);
             for (average, window) in load.averages.iter().zip(["1min", "5min", "15min"]) {

@@ -22,6 +22,10 @@ enum Command {
     /// Load-test an MQTT broker (this one or any other): fan-in, latency, fan-out, conn,
     /// swarm, compare. See crates/hayate-bench/README.md.
     Bench(Box<hayate_bench::BenchArgs>),
+    /// Create or update a password file entry, like mosquitto_passwd: `hayate passwd [-c]
+    /// FILE USER` prompts, `-b FILE USER PASS` takes it from the command line, `-D` deletes,
+    /// `-U` hashes a plain-text file, `--argon2id` writes argon2id instead of $7$.
+    Passwd(hayate_auth::PasswdArgs),
 }
 
 #[derive(Debug, Args)]
@@ -46,6 +50,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(*args),
+        Command::Passwd(args) => hayate_auth::run_passwd(args).context("hayate passwd"),
     }
 }
 
@@ -91,6 +96,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     config.validate()?;
     init_logging(&config.server.log_level)?;
+    // Read the password, ACL and SCRAM files and the JWT key now: a broker that cannot
+    // check who connects does not start.
+    config.auth.prepare()?;
 
     let threads = match config.server.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -109,12 +117,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             threads,
             "hayate_started"
         );
-        let trigger = server.shutdown_trigger();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("shutdown_requested");
-            let _ = trigger.send(true);
-        });
+        // SIGINT/SIGTERM stop the broker; SIGHUP re-reads the files it loaded (password, ACL
+        // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error.
+        let mut signals = Signals::new();
+        while let Signal::Hangup = signals.next().await {
+            tracing::info!("reload_requested");
+            server.reload_transports();
+            let hooks = server.broker.hooks.clone();
+            let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
+        }
+        tracing::info!("shutdown_requested");
+        let _ = server.shutdown_trigger().send(true);
         let mut server = server;
         server.wait().await;
         tracing::info!("hayate_stopped");
@@ -122,18 +135,40 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+enum Signal {
+    Stop,
+    Hangup,
+}
+
+/// The process signals the broker acts on.
+struct Signals {
+    terminate: Option<tokio::signal::unix::Signal>,
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            terminate: signal(SignalKind::terminate()).ok(),
+            hangup: signal(SignalKind::hangup()).ok(),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+    }
+
+    async fn next(&mut self) -> Signal {
+        async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => Signal::Stop,
+            _ = recv(&mut self.terminate) => Signal::Stop,
+            _ = recv(&mut self.hangup) => Signal::Hangup,
+        }
     }
 }
 
