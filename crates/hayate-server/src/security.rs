@@ -952,6 +952,56 @@ mod tests {
     }
 
     #[test]
+    fn example_configs_document_the_auth_defaults() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let config = crate::Config::load(&root.join("hayate.toml")).expect("hayate.toml loads");
+        let (auth, defaults) = (&config.auth, AuthConfig::default());
+        assert_eq!(auth.allow_anonymous, defaults.allow_anonymous);
+        assert_eq!(auth.password_file, defaults.password_file);
+        assert_eq!(auth.acl_file, defaults.acl_file);
+        assert_eq!(auth.scram_file, defaults.scram_file);
+        assert_eq!(
+            auth.scram_sha512_from_password_file,
+            defaults.scram_sha512_from_password_file
+        );
+        assert_eq!(auth.password_cache, defaults.password_cache);
+        assert_eq!(auth.v3_publish_denied, defaults.v3_publish_denied);
+        assert_eq!(auth.deny_subscribe, defaults.deny_subscribe);
+        assert_eq!(
+            auth.deny_subscribe_reason_code,
+            defaults.deny_subscribe_reason_code
+        );
+        assert_eq!(auth.deny_publish, defaults.deny_publish);
+        let (t, d) = (&auth.throttle, &defaults.throttle);
+        assert_eq!(
+            (t.enabled, t.base_delay_ms, t.max_delay_ms, t.decay_secs, t.capacity),
+            (d.enabled, d.base_delay_ms, d.max_delay_ms, d.decay_secs, d.capacity)
+        );
+        assert!(auth.jwt.is_none());
+        // The commented-out [auth.jwt] example parses, with the documented defaults.
+        let text = std::fs::read_to_string(root.join("hayate.toml")).unwrap();
+        let jwt: String = text[text.find("# [auth.jwt]").unwrap()..]
+            .lines()
+            .map(|line| line.strip_prefix("# ").unwrap_or(""))
+            .filter(|line| line.starts_with('[') || line.contains(" = "))
+            .filter(|line| !line.starts_with("secret_file") && !line.starts_with("public_key"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let parsed: toml::Value = toml::from_str(&jwt).expect("jwt example parses");
+        let jwt: JwtSettings = parsed["auth"]["jwt"].clone().try_into().expect("jwt keys");
+        let d = JwtSettings::default();
+        assert_eq!(
+            (&jwt.username_claim, &jwt.publish_claim, &jwt.subscribe_claim),
+            (&d.username_claim, &d.publish_claim, &d.subscribe_claim)
+        );
+        assert_eq!((jwt.leeway_secs, jwt.require_exp), (d.leeway_secs, d.require_exp));
+        // The Paho interoperability settings keep working.
+        let paho = crate::Config::load(&root.join("config/paho-interop.toml")).unwrap();
+        assert_eq!(paho.auth.deny_subscribe_reason_code, 128);
+        assert!(paho.auth.deny_subscribe.contains(&"test/nosubscribe".to_string()));
+    }
+
+    #[test]
     fn jwt_settings_are_checked() {
         let jwt = |text: &str| {
             let config: AuthConfig = toml::from_str(text).unwrap();
