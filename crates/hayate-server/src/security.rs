@@ -26,7 +26,7 @@ use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -410,6 +410,8 @@ struct Inner {
     /// Key of the password cache's hashes, random per process.
     cache_key: [u8; 32],
     throttle: Option<Mutex<LoginThrottle>>,
+    /// Password hashes computed (cache misses), for tests and diagnostics.
+    hashes_computed: AtomicU64,
 }
 
 impl fmt::Debug for SecurityHook {
@@ -453,6 +455,7 @@ impl SecurityHook {
                 policy,
                 cache_key: rand::random(),
                 throttle,
+                hashes_computed: AtomicU64::new(0),
             }),
         })
     }
@@ -469,6 +472,11 @@ impl SecurityHook {
 
     fn rules(&self) -> Arc<Rules> {
         self.inner.rules.read().clone()
+    }
+
+    /// Password hashes computed so far: logins the password cache did not answer.
+    pub fn password_hashes_computed(&self) -> u64 {
+        self.inner.hashes_computed.load(Ordering::Relaxed)
     }
 
     fn authenticate_password(
@@ -506,6 +514,7 @@ impl SecurityHook {
                 return Ok(Authenticated::default());
             }
         }
+        inner.hashes_computed.fetch_add(1, Ordering::Relaxed);
         let verified = match passwords.get(username) {
             Some(hash @ PasswordHash::Argon2id { .. }) => blocking(|| hash.verify(password)),
             Some(hash) => hash.verify(password),
@@ -999,6 +1008,98 @@ mod tests {
         let paho = crate::Config::load(&root.join("config/paho-interop.toml")).unwrap();
         assert_eq!(paho.auth.deny_subscribe_reason_code, 128);
         assert!(paho.auth.deny_subscribe.contains(&"test/nosubscribe".to_string()));
+    }
+
+    fn client(username: Option<&str>) -> ClientInfo {
+        ClientInfo {
+            client_id: "c".into(),
+            username: username.map(Into::into),
+            peer: Some(([127, 0, 0, 1], 4000).into()),
+            listener: Default::default(),
+            transport_identity: None,
+            grant: None,
+        }
+    }
+
+    #[test]
+    fn password_cache_skips_hashing_until_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("passwd");
+        let entry = |password: &[u8]| {
+            let hash = PasswordHash::new_argon2id(password).unwrap();
+            format!("alice:{hash}\n")
+        };
+        std::fs::write(&path, entry(b"one")).unwrap();
+        let config = AuthConfig {
+            password_file: Some(path.clone()),
+            throttle: ThrottleSettings {
+                enabled: false,
+                ..ThrottleSettings::default()
+            },
+            ..AuthConfig::default()
+        };
+        let hook = config.prepare().unwrap();
+        let alice = client(Some("alice"));
+        for _ in 0..5 {
+            assert!(hook.authenticate(&alice, Some(b"one")).is_ok());
+        }
+        assert_eq!(hook.password_hashes_computed(), 1, "one hash, then the cache");
+        // A wrong password is never answered from the cache.
+        assert_eq!(
+            hook.authenticate(&alice, Some(b"two")).unwrap_err(),
+            ReasonCode::BAD_USER_NAME_OR_PASSWORD
+        );
+        assert_eq!(hook.password_hashes_computed(), 2);
+        // After a reload the old password is checked against the new file, not the cache.
+        std::fs::write(&path, entry(b"two")).unwrap();
+        hook.reload().unwrap();
+        assert!(hook.authenticate(&alice, Some(b"one")).is_err());
+        assert!(hook.authenticate(&alice, Some(b"two")).is_ok());
+        assert!(hook.authenticate(&alice, Some(b"two")).is_ok());
+        assert_eq!(hook.password_hashes_computed(), 4);
+        // The cache can be turned off.
+        let uncached = AuthConfig {
+            password_cache: false,
+            ..config.clone()
+        };
+        let uncached = SecurityHook::new(&uncached).unwrap();
+        assert!(uncached.authenticate(&alice, Some(b"two")).is_ok());
+        assert!(uncached.authenticate(&alice, Some(b"two")).is_ok());
+        assert_eq!(uncached.password_hashes_computed(), 2);
+    }
+
+    #[test]
+    fn identity_as_username_and_listener_anonymous_override() {
+        let hook = SecurityHook::new(&AuthConfig {
+            allow_anonymous: false,
+            ..AuthConfig::default()
+        })
+        .unwrap();
+        let mut anonymous = client(None);
+        assert_eq!(
+            hook.authenticate(&anonymous, None).unwrap_err(),
+            ReasonCode::NOT_AUTHORIZED
+        );
+        anonymous.listener = Arc::new(hayate_core::ListenerInfo {
+            name: "open".into(),
+            allow_anonymous: Some(true),
+            identity_as_username: false,
+        });
+        assert!(hook.authenticate(&anonymous, None).is_ok());
+        let mut by_identity = client(Some("claimed"));
+        by_identity.listener = Arc::new(hayate_core::ListenerInfo {
+            name: "certs".into(),
+            allow_anonymous: Some(false),
+            identity_as_username: true,
+        });
+        // No proved identity: refused, whatever the CONNECT says.
+        assert_eq!(
+            hook.authenticate(&by_identity, Some(b"x")).unwrap_err(),
+            ReasonCode::NOT_AUTHORIZED
+        );
+        by_identity.transport_identity = Some("device-7".into());
+        let admitted = hook.authenticate(&by_identity, None).unwrap();
+        assert_eq!(admitted.username.as_deref(), Some("device-7"));
     }
 
     #[test]
