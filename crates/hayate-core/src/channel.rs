@@ -13,15 +13,17 @@ mod subscribe;
 
 use crate::broker::Broker;
 use crate::hooks::{ClientInfo, ListenerInfo};
-use auth::AuthState;
 use crate::registry::{SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
+use auth::AuthState;
 use hayate_codec::{encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode};
 use hayate_session::OutBuf;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
 /// Facts about the network connection, from the transport.
@@ -292,8 +294,8 @@ impl Channel {
         }
         let report = self.with_session(out, |state, out| {
             let report = state.session.poll_transmit(now, out);
-            if state.drained.is_some() && !state.session.is_congested() {
-                // Below the mark again: resume the publishers paused on this session.
+            if state.drained.is_some() && state.session.is_drained() {
+                // Down to the low-water mark: resume the publishers paused on this session.
                 if let Some(drained) = state.drained.take() {
                     drained.notify_waiters();
                 }
@@ -370,10 +372,16 @@ impl Channel {
     }
 
     /// The signal rung when the subscriber this connection waits on drains, if any.
-    pub fn backpressure_signal(&self) -> Option<Arc<Notify>> {
+    ///
+    /// The wait is registered before this returns, under the subscriber's lock: a signal sent
+    /// after it (even before the caller awaits it) is not missed.
+    pub fn backpressure_signal(&self) -> Option<Pin<Box<OwnedNotified>>> {
         let wait = self.backpressure.as_ref()?.waiting_on.as_ref()?;
         let mut state = wait.cell.state.lock();
-        Some(state.drained.get_or_insert_with(Default::default).clone())
+        let drained = state.drained.get_or_insert_with(Default::default).clone();
+        let mut notified = Box::pin(drained.notified_owned());
+        notified.as_mut().enable();
+        Some(notified)
     }
 
     /// Starts waiting on a congested subscriber after a publish, unless it is this client's

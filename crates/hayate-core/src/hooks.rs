@@ -193,7 +193,10 @@ impl AuthHook for StaticPolicy {
         client: &ClientInfo,
         _password: Option<&[u8]>,
     ) -> Result<Authenticated, ReasonCode> {
-        let allow_anonymous = client.listener.allow_anonymous.unwrap_or(self.allow_anonymous);
+        let allow_anonymous = client
+            .listener
+            .allow_anonymous
+            .unwrap_or(self.allow_anonymous);
         if client.username.is_none() && !allow_anonymous {
             return Err(ReasonCode::NOT_AUTHORIZED);
         }

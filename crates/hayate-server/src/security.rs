@@ -983,8 +983,20 @@ mod tests {
         assert_eq!(auth.deny_publish, defaults.deny_publish);
         let (t, d) = (&auth.throttle, &defaults.throttle);
         assert_eq!(
-            (t.enabled, t.base_delay_ms, t.max_delay_ms, t.decay_secs, t.capacity),
-            (d.enabled, d.base_delay_ms, d.max_delay_ms, d.decay_secs, d.capacity)
+            (
+                t.enabled,
+                t.base_delay_ms,
+                t.max_delay_ms,
+                t.decay_secs,
+                t.capacity
+            ),
+            (
+                d.enabled,
+                d.base_delay_ms,
+                d.max_delay_ms,
+                d.decay_secs,
+                d.capacity
+            )
         );
         assert!(auth.jwt.is_none());
         // The commented-out [auth.jwt] example parses, with the documented defaults.
@@ -1000,14 +1012,24 @@ mod tests {
         let jwt: JwtSettings = parsed["auth"]["jwt"].clone().try_into().expect("jwt keys");
         let d = JwtSettings::default();
         assert_eq!(
-            (&jwt.username_claim, &jwt.publish_claim, &jwt.subscribe_claim),
+            (
+                &jwt.username_claim,
+                &jwt.publish_claim,
+                &jwt.subscribe_claim
+            ),
             (&d.username_claim, &d.publish_claim, &d.subscribe_claim)
         );
-        assert_eq!((jwt.leeway_secs, jwt.require_exp), (d.leeway_secs, d.require_exp));
+        assert_eq!(
+            (jwt.leeway_secs, jwt.require_exp),
+            (d.leeway_secs, d.require_exp)
+        );
         // The Paho interoperability settings keep working.
         let paho = crate::Config::load(&root.join("config/paho-interop.toml")).unwrap();
         assert_eq!(paho.auth.deny_subscribe_reason_code, 128);
-        assert!(paho.auth.deny_subscribe.contains(&"test/nosubscribe".to_string()));
+        assert!(paho
+            .auth
+            .deny_subscribe
+            .contains(&"test/nosubscribe".to_string()));
     }
 
     fn client(username: Option<&str>) -> ClientInfo {
@@ -1043,7 +1065,11 @@ mod tests {
         for _ in 0..5 {
             assert!(hook.authenticate(&alice, Some(b"one")).is_ok());
         }
-        assert_eq!(hook.password_hashes_computed(), 1, "one hash, then the cache");
+        assert_eq!(
+            hook.password_hashes_computed(),
+            1,
+            "one hash, then the cache"
+        );
         // A wrong password is never answered from the cache.
         assert_eq!(
             hook.authenticate(&alice, Some(b"two")).unwrap_err(),

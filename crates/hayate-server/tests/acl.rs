@@ -36,7 +36,10 @@ pattern read clients/%c/inbox
 
 const QUIET: Duration = Duration::from_millis(300);
 
-async fn broker_with_acl(acl: &str, configure: impl FnOnce(&mut hayate_server::Config)) -> (TestBroker, tempfile::TempDir, PathBuf) {
+async fn broker_with_acl(
+    acl: &str,
+    configure: impl FnOnce(&mut hayate_server::Config),
+) -> (TestBroker, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "acl", acl);
     let acl_path = path.clone();
@@ -56,7 +59,13 @@ async fn as_user(broker: &TestBroker, version: ProtocolVersion, id: &str, user: 
 /// completing a successful QoS 2 flow.
 async fn publish_reason(client: &mut RawClient, topic: &str, qos: QoS, id: u16) -> u8 {
     client
-        .send(Packet::Publish(publish_packet(topic, b"m", qos, false, Some(id))))
+        .send(Packet::Publish(publish_packet(
+            topic,
+            b"m",
+            qos,
+            false,
+            Some(id),
+        )))
         .await;
     match (qos, client.recv().await) {
         (QoS::AtLeastOnce, Packet::PubAck(ack)) => ack.reason_code.0,
@@ -90,38 +99,74 @@ async fn publish_denied_v5_0x87_v3_acknowledged_and_dropped() {
     let mut alice = as_user(&broker, V5, "alice", "alice").await;
 
     // [MQTT-3.3.5-2] refused: PUBACK / PUBREC 0x87, nothing routed.
-    assert_eq!(publish_reason(&mut alice, "bob/x", QoS::AtLeastOnce, 1).await, 0x87);
-    assert_eq!(publish_reason(&mut alice, "bob/y", QoS::ExactlyOnce, 2).await, 0x87);
+    assert_eq!(
+        publish_reason(&mut alice, "bob/x", QoS::AtLeastOnce, 1).await,
+        0x87
+    );
+    assert_eq!(
+        publish_reason(&mut alice, "bob/y", QoS::ExactlyOnce, 2).await,
+        0x87
+    );
     // The QoS 2 flow ended with the refusal: the packet id is free again [MQTT-4.3.3-4].
-    assert_eq!(publish_reason(&mut alice, "alice/z", QoS::ExactlyOnce, 2).await, 0x00);
+    assert_eq!(
+        publish_reason(&mut alice, "alice/z", QoS::ExactlyOnce, 2).await,
+        0x00
+    );
     expect_topics(&mut watcher, &["alice/z"]).await;
     bob.expect_nothing(QUIET).await;
 
     // v3: acknowledged as usual, dropped.
     let mut alice3 = as_user(&broker, V3, "alice3", "alice").await;
-    alice3.publish("bob/x", b"m", QoS::AtLeastOnce, false, 5).await;
-    alice3.publish("bob/x", b"m", QoS::ExactlyOnce, false, 6).await;
-    alice3.publish("alice/v3", b"m", QoS::AtLeastOnce, false, 7).await;
+    alice3
+        .publish("bob/x", b"m", QoS::AtLeastOnce, false, 5)
+        .await;
+    alice3
+        .publish("bob/x", b"m", QoS::ExactlyOnce, false, 6)
+        .await;
+    alice3
+        .publish("alice/v3", b"m", QoS::AtLeastOnce, false, 7)
+        .await;
     expect_topics(&mut watcher, &["alice/v3"]).await;
     bob.expect_nothing(QUIET).await;
     let stats = &broker.handle.broker.stats;
-    assert_eq!(stats.denied_publish.load(std::sync::atomic::Ordering::Relaxed), 4);
+    assert_eq!(
+        stats
+            .denied_publish
+            .load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_publish_denied_disconnects_when_configured() {
-    let (broker, _dir, _) =
-        broker_with_acl(ACL, |c| c.auth.v3_publish_denied = V3PublishDenied::Disconnect).await;
+    let (broker, _dir, _) = broker_with_acl(ACL, |c| {
+        c.auth.v3_publish_denied = V3PublishDenied::Disconnect
+    })
+    .await;
     let mut alice3 = as_user(&broker, V3, "alice3", "alice").await;
-    alice3.publish("alice/ok", b"m", QoS::AtLeastOnce, false, 1).await;
     alice3
-        .send(Packet::Publish(publish_packet("bob/x", b"m", QoS::AtLeastOnce, false, Some(2))))
+        .publish("alice/ok", b"m", QoS::AtLeastOnce, false, 1)
+        .await;
+    alice3
+        .send(Packet::Publish(publish_packet(
+            "bob/x",
+            b"m",
+            QoS::AtLeastOnce,
+            false,
+            Some(2),
+        )))
         .await;
     assert!(alice3.expect_closed().await.is_empty());
     // v5 clients are told instead, and stay.
     let mut alice5 = as_user(&broker, V5, "alice5", "alice").await;
-    assert_eq!(publish_reason(&mut alice5, "bob/x", QoS::AtLeastOnce, 1).await, 0x87);
-    assert_eq!(publish_reason(&mut alice5, "alice/x", QoS::AtLeastOnce, 2).await, 0x10);
+    assert_eq!(
+        publish_reason(&mut alice5, "bob/x", QoS::AtLeastOnce, 1).await,
+        0x87
+    );
+    assert_eq!(
+        publish_reason(&mut alice5, "alice/x", QoS::AtLeastOnce, 2).await,
+        0x10
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,18 +176,35 @@ async fn subscribe_denied_v5_0x87_v3_0x80() {
         let denied = if version.is_v5() { 0x87 } else { 0x80 };
         let mut alice = as_user(&broker, version, "alice", "alice").await;
         assert_eq!(alice.subscribe("bob/#", QoS::AtMostOnce, 1).await, [denied]);
-        assert_eq!(alice.subscribe("shared/secret/#", QoS::AtMostOnce, 2).await, [denied]);
+        assert_eq!(
+            alice.subscribe("shared/secret/#", QoS::AtMostOnce, 2).await,
+            [denied]
+        );
         assert_eq!(alice.subscribe("#", QoS::AtMostOnce, 3).await, [denied]);
         // Covered by a read entry; the deny entry inside it is enforced per delivery.
         assert_eq!(alice.subscribe("shared/#", QoS::AtLeastOnce, 4).await, [1]);
-        assert_eq!(alice.subscribe("$share/g/shared/+", QoS::AtLeastOnce, 5).await, [1]);
+        assert_eq!(
+            alice
+                .subscribe("$share/g/shared/+", QoS::AtLeastOnce, 5)
+                .await,
+            [1]
+        );
         // Write-only access does not allow subscribing.
         let mut bob = as_user(&broker, version, "bob", "bob").await;
-        assert_eq!(bob.subscribe("shared/#", QoS::AtMostOnce, 1).await, [denied]);
+        assert_eq!(
+            bob.subscribe("shared/#", QoS::AtMostOnce, 1).await,
+            [denied]
+        );
         // Anonymous clients get the section before the first `user` line.
         let mut anonymous = connected(&broker, version, "anon", None, None).await;
-        assert_eq!(anonymous.subscribe("public/#", QoS::AtMostOnce, 1).await, [0]);
-        assert_eq!(anonymous.subscribe("alice/#", QoS::AtMostOnce, 2).await, [denied]);
+        assert_eq!(
+            anonymous.subscribe("public/#", QoS::AtMostOnce, 1).await,
+            [0]
+        );
+        assert_eq!(
+            anonymous.subscribe("alice/#", QoS::AtMostOnce, 2).await,
+            [denied]
+        );
     }
 }
 
@@ -156,14 +218,18 @@ async fn delivery_filtered_for_messages_retained_messages_and_wills() {
 
     // Live messages.
     let mut bob = as_user(&broker, V5, "bob", "bob").await;
-    bob.publish("shared/open", b"m", QoS::AtLeastOnce, false, 1).await;
-    bob.publish("shared/secret/x", b"m", QoS::AtLeastOnce, false, 2).await;
+    bob.publish("shared/open", b"m", QoS::AtLeastOnce, false, 1)
+        .await;
+    bob.publish("shared/secret/x", b"m", QoS::AtLeastOnce, false, 2)
+        .await;
     expect_topics(&mut alice, &["shared/open"]).await;
     expect_topics(&mut carol, &["shared/open", "shared/secret/x"]).await;
 
     // Retained messages sent on SUBSCRIBE.
-    bob.publish("shared/secret/r", b"r", QoS::AtLeastOnce, true, 3).await;
-    bob.publish("shared/open/r", b"r", QoS::AtLeastOnce, true, 4).await;
+    bob.publish("shared/secret/r", b"r", QoS::AtLeastOnce, true, 3)
+        .await;
+    bob.publish("shared/open/r", b"r", QoS::AtLeastOnce, true, 4)
+        .await;
     expect_topics(&mut alice, &["shared/open/r"]).await;
     expect_topics(&mut carol, &["shared/secret/r", "shared/open/r"]).await;
     let mut alice2 = as_user(&broker, V5, "alice2", "alice").await;
@@ -171,7 +237,10 @@ async fn delivery_filtered_for_messages_retained_messages_and_wills() {
     expect_topics(&mut alice2, &["shared/open/r"]).await;
 
     // Wills: read access of each subscriber...
-    for (id, topic) in [("bob-w1", "shared/secret/will"), ("bob-w2", "shared/open/will")] {
+    for (id, topic) in [
+        ("bob-w1", "shared/secret/will"),
+        ("bob-w2", "shared/open/will"),
+    ] {
         let mut connect = login(V5, id, Some("bob"), None);
         connect.will = Some(will(topic, b"gone", QoS::AtLeastOnce, false));
         let (client, connack) = try_connect(&broker, connect).await;
@@ -193,7 +262,12 @@ async fn delivery_filtered_for_messages_retained_messages_and_wills() {
     alice.expect_nothing(QUIET).await;
     carol.expect_nothing(QUIET).await;
     let stats = &broker.handle.broker.stats;
-    assert!(stats.denied_delivery.load(std::sync::atomic::Ordering::Relaxed) >= 4);
+    assert!(
+        stats
+            .denied_delivery
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 4
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,8 +287,10 @@ async fn messages_queued_for_an_offline_session_are_filtered() {
     alice.drop_connection().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut bob = as_user(&broker, V5, "bob", "bob").await;
-    bob.publish("shared/secret/q", b"m", QoS::AtLeastOnce, false, 1).await;
-    bob.publish("shared/open/q", b"m", QoS::AtLeastOnce, false, 2).await;
+    bob.publish("shared/secret/q", b"m", QoS::AtLeastOnce, false, 1)
+        .await;
+    bob.publish("shared/open/q", b"m", QoS::AtLeastOnce, false, 2)
+        .await;
     let (mut alice, connack) = try_connect(&broker, persistent()).await;
     assert!(connack.session_present);
     expect_topics(&mut alice, &["shared/open/q"]).await;
@@ -226,11 +302,17 @@ async fn shared_group_skips_members_that_may_not_read() {
     let mut alice = as_user(&broker, V5, "alice", "alice").await;
     let mut carol = as_user(&broker, V5, "carol", "carol").await;
     for client in [&mut alice, &mut carol] {
-        assert_eq!(client.subscribe("$share/g/shared/#", QoS::AtLeastOnce, 1).await, [1]);
+        assert_eq!(
+            client
+                .subscribe("$share/g/shared/#", QoS::AtLeastOnce, 1)
+                .await,
+            [1]
+        );
     }
     let mut bob = as_user(&broker, V5, "bob", "bob").await;
     for id in 1..=6 {
-        bob.publish("shared/secret/s", b"m", QoS::AtLeastOnce, false, id).await;
+        bob.publish("shared/secret/s", b"m", QoS::AtLeastOnce, false, id)
+            .await;
     }
     for _ in 0..6 {
         assert_eq!(carol.recv_publish().await.topic.as_str(), "shared/secret/s");
@@ -242,21 +324,59 @@ async fn shared_group_skips_members_that_may_not_read() {
 async fn patterns_substitute_user_name_and_client_id() {
     let (broker, _dir, _) = broker_with_acl(ACL, |_| {}).await;
     let mut alice = as_user(&broker, V5, "alice-dev", "alice").await;
-    assert_eq!(publish_reason(&mut alice, "users/alice/x", QoS::AtLeastOnce, 1).await, 0x10);
-    assert_eq!(publish_reason(&mut alice, "users/bob/x", QoS::AtLeastOnce, 2).await, 0x87);
-    assert_eq!(alice.subscribe("users/alice/#", QoS::AtMostOnce, 3).await, [0]);
-    assert_eq!(alice.subscribe("users/+/x", QoS::AtMostOnce, 4).await, [0x87]);
-    assert_eq!(alice.subscribe("clients/alice-dev/inbox", QoS::AtLeastOnce, 5).await, [1]);
-    assert_eq!(alice.subscribe("clients/other/inbox", QoS::AtMostOnce, 6).await, [0x87]);
+    assert_eq!(
+        publish_reason(&mut alice, "users/alice/x", QoS::AtLeastOnce, 1).await,
+        0x10
+    );
+    assert_eq!(
+        publish_reason(&mut alice, "users/bob/x", QoS::AtLeastOnce, 2).await,
+        0x87
+    );
+    assert_eq!(
+        alice.subscribe("users/alice/#", QoS::AtMostOnce, 3).await,
+        [0]
+    );
+    assert_eq!(
+        alice.subscribe("users/+/x", QoS::AtMostOnce, 4).await,
+        [0x87]
+    );
+    assert_eq!(
+        alice
+            .subscribe("clients/alice-dev/inbox", QoS::AtLeastOnce, 5)
+            .await,
+        [1]
+    );
+    assert_eq!(
+        alice
+            .subscribe("clients/other/inbox", QoS::AtMostOnce, 6)
+            .await,
+        [0x87]
+    );
     // %c applies to anonymous clients too; %u patterns do not.
     let mut device = connected(&broker, V3, "dev1", None, None).await;
-    assert_eq!(device.subscribe("clients/dev1/inbox", QoS::AtMostOnce, 1).await, [0]);
-    assert_eq!(device.subscribe("users/dev1/#", QoS::AtMostOnce, 2).await, [0x80]);
+    assert_eq!(
+        device
+            .subscribe("clients/dev1/inbox", QoS::AtMostOnce, 1)
+            .await,
+        [0]
+    );
+    assert_eq!(
+        device.subscribe("users/dev1/#", QoS::AtMostOnce, 2).await,
+        [0x80]
+    );
     // A client id that would substitute into another subtree gets no pattern rights.
     let mut sneaky = connected(&broker, V5, "dev1/../x", None, None).await;
-    assert_eq!(sneaky.subscribe("clients/dev1/../x/inbox", QoS::AtMostOnce, 1).await, [0x87]);
+    assert_eq!(
+        sneaky
+            .subscribe("clients/dev1/../x/inbox", QoS::AtMostOnce, 1)
+            .await,
+        [0x87]
+    );
     // Alice's own subtree works end to end.
-    assert_eq!(publish_reason(&mut alice, "users/alice/y", QoS::AtLeastOnce, 7).await, 0);
+    assert_eq!(
+        publish_reason(&mut alice, "users/alice/y", QoS::AtLeastOnce, 7).await,
+        0
+    );
     expect_topics(&mut alice, &["users/alice/y"]).await;
 }
 
@@ -264,12 +384,25 @@ async fn patterns_substitute_user_name_and_client_id() {
 async fn acl_reload_takes_new_rules_and_keeps_old_ones_on_error() {
     let (broker, dir, _) = broker_with_acl(ACL, |_| {}).await;
     let mut dave = as_user(&broker, V5, "dave", "dave").await;
-    assert_eq!(publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 1).await, 0x87);
-    write(dir.path(), "acl", &format!("{ACL}\nuser dave\ntopic readwrite dave/#\n"));
+    assert_eq!(
+        publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 1).await,
+        0x87
+    );
+    write(
+        dir.path(),
+        "acl",
+        &format!("{ACL}\nuser dave\ntopic readwrite dave/#\n"),
+    );
     broker.handle.broker.hooks.reload();
     // Rules apply from the next check on, to clients already connected.
-    assert_eq!(publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 2).await, 0x10);
+    assert_eq!(
+        publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 2).await,
+        0x10
+    );
     write(dir.path(), "acl", "user dave\ntopic sometimes dave/#\n");
     broker.handle.broker.hooks.reload();
-    assert_eq!(publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 3).await, 0x10);
+    assert_eq!(
+        publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 3).await,
+        0x10
+    );
 }

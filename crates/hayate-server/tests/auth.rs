@@ -74,7 +74,10 @@ async fn password_file_made_by_mosquitto_passwd() {
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("passwd");
-    for (n, (user, password)) in [("carol", "c4rol pw"), ("dave", "d:ave")].iter().enumerate() {
+    for (n, (user, password)) in [("carol", "c4rol pw"), ("dave", "d:ave")]
+        .iter()
+        .enumerate()
+    {
         let mut command = std::process::Command::new(&tool);
         if n == 0 {
             command.arg("-c");
@@ -110,7 +113,12 @@ async fn password_file_written_by_hayate_with_pbkdf2_and_argon2id() {
             tokio::spawn(async move {
                 let mut client = hayate_testkit::RawClient::connect_tcp(addr, V5).await;
                 let connack = client
-                    .connect(login(V5, &format!("f{i}"), Some("frank"), Some(b"frank-pw")))
+                    .connect(login(
+                        V5,
+                        &format!("f{i}"),
+                        Some("frank"),
+                        Some(b"frank-pw"),
+                    ))
                     .await;
                 connack.reason_code.0
             })
@@ -162,12 +170,27 @@ async fn repeated_failures_from_one_address_are_refused_fast() {
         c.auth.throttle.max_delay_ms = 1500;
     })
     .await;
-    expect_connack(&broker, login(V5, "a", Some("alice"), Some(b"guess1")), 0x86).await;
+    expect_connack(
+        &broker,
+        login(V5, "a", Some("alice"), Some(b"guess1")),
+        0x86,
+    )
+    .await;
     // Inside the penalty window even the right password is refused, unchecked and at once:
     // v5 0x9F Connection rate exceeded, v3 0x03 server unavailable.
     let started = Instant::now();
-    expect_connack(&broker, login(V5, "a", Some("alice"), Some(b"secret")), 0x9F).await;
-    expect_connack(&broker, login(V3, "a", Some("alice"), Some(b"secret")), 0x03).await;
+    expect_connack(
+        &broker,
+        login(V5, "a", Some("alice"), Some(b"secret")),
+        0x9F,
+    )
+    .await;
+    expect_connack(
+        &broker,
+        login(V3, "a", Some("alice"), Some(b"secret")),
+        0x03,
+    )
+    .await;
     for n in 0..20 {
         let guess = format!("guess{n}");
         expect_connack(
@@ -226,7 +249,12 @@ async fn failed_logins_are_counted_in_sys() {
     })
     .await;
     expect_connack(&broker, login(V5, "x", Some("alice"), Some(b"nope")), 0x86).await;
-    expect_connack(&broker, login(V3, "y", Some("mallory"), Some(b"nope")), 0x05).await;
+    expect_connack(
+        &broker,
+        login(V3, "y", Some("mallory"), Some(b"nope")),
+        0x05,
+    )
+    .await;
     let mut watcher = connected(&broker, V5, "w", Some("alice"), Some(b"secret")).await;
     watcher
         .subscribe("$SYS/broker/auth/failed", QoS::AtMostOnce, 1)

@@ -91,7 +91,11 @@ impl ScramClient {
         let without_proof = format!("c=biws,r={nonce}");
         let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let signature = self.hmac(&stored_key, auth_message.as_bytes());
-        let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(k, s)| k ^ s).collect();
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
         let server_key = self.hmac(&salted, b"Server Key");
         self.server_signature = self.hmac(&server_key, auth_message.as_bytes());
         format!("{without_proof},p={}", STANDARD.encode(proof)).into_bytes()
@@ -139,7 +143,9 @@ fn scram_file(dir: &std::path::Path) -> PathBuf {
     write(dir, "scram", &text)
 }
 
-async fn scram_broker(configure: impl FnOnce(&mut hayate_server::Config)) -> (TestBroker, tempfile::TempDir) {
+async fn scram_broker(
+    configure: impl FnOnce(&mut hayate_server::Config),
+) -> (TestBroker, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let scram = scram_file(dir.path());
     let acl = write(dir.path(), "acl", "user alice\ntopic readwrite alice/#\n");
@@ -164,7 +170,11 @@ async fn scram_login(
     let mut scram = ScramClient::new(method, user, password);
     let mut client = broker.raw(V5).await;
     client
-        .send(Packet::Connect(Box::new(scram_connect(method, client_id, scram.client_first()))))
+        .send(Packet::Connect(Box::new(scram_connect(
+            method,
+            client_id,
+            scram.client_first(),
+        ))))
         .await;
     let (reason, sent_method, server_first) = match client.recv().await {
         Packet::Auth(auth) => (
@@ -179,7 +189,9 @@ async fn scram_login(
     assert_eq!(reason, 0x18);
     assert_eq!(sent_method.as_deref(), Some(method));
     let client_final = scram.client_final(&server_first);
-    client.send(auth_packet(0x18, Some(method), client_final)).await;
+    client
+        .send(auth_packet(0x18, Some(method), client_final))
+        .await;
     match client.recv().await {
         Packet::ConnAck(connack) => {
             if connack.reason_code.0 == 0 {
@@ -198,7 +210,13 @@ async fn scram_login(
 
 async fn publish_reason(client: &mut RawClient, topic: &str, id: u16) -> u8 {
     client
-        .send(Packet::Publish(publish_packet(topic, b"m", QoS::AtLeastOnce, false, Some(id))))
+        .send(Packet::Publish(publish_packet(
+            topic,
+            b"m",
+            QoS::AtLeastOnce,
+            false,
+            Some(id),
+        )))
         .await;
     match client.recv().await {
         Packet::PubAck(ack) => ack.reason_code.0,
@@ -262,9 +280,16 @@ async fn bad_proof_unknown_user_and_other_user_refused_0x87() {
     client.send(Packet::Connect(Box::new(connect))).await;
     let (_, _, server_first) = recv_auth(&mut client).await;
     let client_final = scram.client_final(&server_first);
-    client.send(auth_packet(0x18, Some(SCRAM_256), client_final)).await;
+    client
+        .send(auth_packet(0x18, Some(SCRAM_256), client_final))
+        .await;
     expect_refused_and_closed(&mut client, 0x87).await;
-    let failed = broker.handle.broker.stats.auth_failed.load(std::sync::atomic::Ordering::Relaxed);
+    let failed = broker
+        .handle
+        .broker
+        .stats
+        .auth_failed
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(failed, 5);
 }
 
@@ -274,7 +299,11 @@ async fn unknown_method_refused_0x8c() {
     for method in ["SCRAM-SHA-1", "PLAIN", "scram-sha-256"] {
         let mut client = broker.raw(V5).await;
         client
-            .send(Packet::Connect(Box::new(scram_connect(method, "c", b"x".to_vec()))))
+            .send(Packet::Connect(Box::new(scram_connect(
+                method,
+                "c",
+                b"x".to_vec(),
+            ))))
             .await;
         // [MQTT-4.12.0-1] CONNACK 0x8C and close; never an AUTH.
         expect_refused_and_closed(&mut client, 0x8C).await;
@@ -284,7 +313,11 @@ async fn unknown_method_refused_0x8c() {
     let scram = ScramClient::new(SCRAM_256, "alice", "wonderland");
     let mut client = broker.raw(V5).await;
     client
-        .send(Packet::Connect(Box::new(scram_connect(SCRAM_256, "c", scram.client_first()))))
+        .send(Packet::Connect(Box::new(scram_connect(
+            SCRAM_256,
+            "c",
+            scram.client_first(),
+        ))))
         .await;
     expect_refused_and_closed(&mut client, 0x8C).await;
 }
@@ -298,13 +331,19 @@ async fn reauthentication_while_connected() {
 
     // [MQTT-4.12.1-1] AUTH 0x19 with the same method starts it; other packets keep flowing.
     let mut scram = ScramClient::new(SCRAM_256, "alice", "wonderland");
-    client.send(auth_packet(0x19, Some(SCRAM_256), scram.client_first())).await;
+    client
+        .send(auth_packet(0x19, Some(SCRAM_256), scram.client_first()))
+        .await;
     let (reason, method, server_first) = recv_auth(&mut client).await;
     assert_eq!((reason, method.as_deref()), (0x18, Some(SCRAM_256)));
-    client.publish("alice/during", b"m", QoS::AtLeastOnce, false, 2).await;
+    client
+        .publish("alice/during", b"m", QoS::AtLeastOnce, false, 2)
+        .await;
     assert_eq!(client.recv_publish().await.topic.as_str(), "alice/during");
     let client_final = scram.client_final(&server_first);
-    client.send(auth_packet(0x18, Some(SCRAM_256), client_final)).await;
+    client
+        .send(auth_packet(0x18, Some(SCRAM_256), client_final))
+        .await;
     let (reason, method, server_final) = recv_auth(&mut client).await;
     assert_eq!((reason, method.as_deref()), (0x00, Some(SCRAM_256)));
     scram.verify_server_final(&server_final);
@@ -312,10 +351,14 @@ async fn reauthentication_while_connected() {
 
     // A failed re-authentication: DISCONNECT 0x87 and close [MQTT-4.12.1-2].
     let mut scram = ScramClient::new(SCRAM_256, "alice", "not-the-password");
-    client.send(auth_packet(0x19, Some(SCRAM_256), scram.client_first())).await;
+    client
+        .send(auth_packet(0x19, Some(SCRAM_256), scram.client_first()))
+        .await;
     let (_, _, server_first) = recv_auth(&mut client).await;
     let client_final = scram.client_final(&server_first);
-    client.send(auth_packet(0x18, Some(SCRAM_256), client_final)).await;
+    client
+        .send(auth_packet(0x18, Some(SCRAM_256), client_final))
+        .await;
     let closing = client.expect_closed().await;
     assert!(
         matches!(closing.as_slice(), [Packet::Disconnect(d)] if d.reason_code.0 == 0x87),
@@ -325,9 +368,17 @@ async fn reauthentication_while_connected() {
     // Re-authenticating as somebody else is refused too.
     let (mut client, _) = scram_login(&broker, SCRAM_256, "re", "alice", "wonderland").await;
     let mut scram = ScramClient::new(SCRAM_256, "bob", "builder");
-    client.send(auth_packet(0x19, Some(SCRAM_256), scram.client_first())).await;
+    client
+        .send(auth_packet(0x19, Some(SCRAM_256), scram.client_first()))
+        .await;
     let (_, _, server_first) = recv_auth(&mut client).await;
-    client.send(auth_packet(0x18, Some(SCRAM_256), scram.client_final(&server_first))).await;
+    client
+        .send(auth_packet(
+            0x18,
+            Some(SCRAM_256),
+            scram.client_final(&server_first),
+        ))
+        .await;
     let closing = client.expect_closed().await;
     assert!(
         matches!(closing.as_slice(), [Packet::Disconnect(d)] if d.reason_code.0 == 0x87),
@@ -366,10 +417,14 @@ async fn auth_protocol_errors() {
         .await;
     expect_refused_and_closed(&mut client, 0x82).await;
     let mut client = started("p2").await;
-    client.send(auth_packet(0x18, Some(SCRAM_512), b"c=biws".to_vec())).await;
+    client
+        .send(auth_packet(0x18, Some(SCRAM_512), b"c=biws".to_vec()))
+        .await;
     expect_refused_and_closed(&mut client, 0x82).await;
     let mut client = started("p3").await;
-    client.send(auth_packet(0x19, Some(SCRAM_256), b"n,,n=a,r=b".to_vec())).await;
+    client
+        .send(auth_packet(0x19, Some(SCRAM_256), b"n,,n=a,r=b".to_vec()))
+        .await;
     expect_refused_and_closed(&mut client, 0x82).await;
     let mut client = started("p4").await;
     client.send(Packet::PingReq).await;
@@ -389,7 +444,13 @@ async fn auth_protocol_errors() {
     for (reason, method) in [(0x18, SCRAM_256), (0x00, SCRAM_256), (0x19, SCRAM_512)] {
         let (mut client, code) = scram_login(&broker, SCRAM_256, "q", "alice", "wonderland").await;
         assert_eq!(code, 0);
-        client.send(auth_packet(reason, Some(method), b"n,,n=alice,r=x".to_vec())).await;
+        client
+            .send(auth_packet(
+                reason,
+                Some(method),
+                b"n,,n=alice,r=x".to_vec(),
+            ))
+            .await;
         let closing = client.expect_closed().await;
         assert!(
             matches!(closing.as_slice(), [Packet::Disconnect(d)] if d.reason_code.0 == 0x82),
@@ -398,7 +459,13 @@ async fn auth_protocol_errors() {
     }
     // A client that named no method must not send AUTH at all [MQTT-4.12.0-7].
     let mut client = broker.client(V5, "plain").await;
-    client.send(auth_packet(0x19, Some(SCRAM_256), b"n,,n=alice,r=x".to_vec())).await;
+    client
+        .send(auth_packet(
+            0x19,
+            Some(SCRAM_256),
+            b"n,,n=alice,r=x".to_vec(),
+        ))
+        .await;
     let closing = client.expect_closed().await;
     assert!(matches!(closing.as_slice(), [Packet::Disconnect(d)] if d.reason_code.0 == 0x82));
 }
@@ -410,7 +477,11 @@ async fn an_unfinished_exchange_ends_at_the_connect_timeout() {
     let mut client = broker.raw(V5).await;
     let started = Instant::now();
     client
-        .send(Packet::Connect(Box::new(scram_connect(SCRAM_256, "slow", scram.client_first()))))
+        .send(Packet::Connect(Box::new(scram_connect(
+            SCRAM_256,
+            "slow",
+            scram.client_first(),
+        ))))
         .await;
     assert_eq!(recv_auth(&mut client).await.0, 0x18);
     assert!(matches!(

@@ -48,7 +48,9 @@ fn hs256(secret: &[u8], claims: &str) -> String {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hayate-auth/tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hayate-auth/tests/fixtures")
+        .join(name)
 }
 
 fn pem_der(path: &Path) -> Vec<u8> {
@@ -102,7 +104,13 @@ fn hmac_settings() -> JwtSettings {
 
 async fn publish_reason(client: &mut RawClient, topic: &str, id: u16) -> u8 {
     client
-        .send(Packet::Publish(publish_packet(topic, b"m", QoS::AtLeastOnce, false, Some(id))))
+        .send(Packet::Publish(publish_packet(
+            topic,
+            b"m",
+            QoS::AtLeastOnce,
+            false,
+            Some(id),
+        )))
         .await;
     match client.recv().await {
         Packet::PubAck(ack) => ack.reason_code.0,
@@ -125,7 +133,8 @@ async fn valid_token_admits_and_its_claims_are_the_acl() {
     let mut dave3 = connected(&broker, V3, "dave-3", Some("dave"), Some(token.as_bytes())).await;
     assert_eq!(dave3.subscribe("dave/#", QoS::AtLeastOnce, 1).await, [1]);
     assert_eq!(dave3.subscribe("erin/#", QoS::AtLeastOnce, 2).await, [0x80]);
-    dave.publish("dave/hello", b"m", QoS::AtLeastOnce, false, 6).await;
+    dave.publish("dave/hello", b"m", QoS::AtLeastOnce, false, 6)
+        .await;
     assert_eq!(dave3.recv_publish().await.topic.as_str(), "dave/hello");
     // A token for dave does not log in erin.
     expect_connack(
@@ -135,7 +144,12 @@ async fn valid_token_admits_and_its_claims_are_the_acl() {
     )
     .await;
     // With JWT configured (and no password file), a named client must bring a token.
-    expect_connack(&broker, login(V3, "erin", Some("erin"), Some(b"letmein")), 0x05).await;
+    expect_connack(
+        &broker,
+        login(V3, "erin", Some("erin"), Some(b"letmein")),
+        0x05,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,10 +161,19 @@ async fn expired_badly_signed_and_unsigned_tokens_refused() {
     let no_exp = hs256(SECRET.as_bytes(), r##"{"sub":"dave","publish":["#"]}"##);
     for token in [&expired, &forged, &unsigned, &no_exp] {
         expect_connack(&broker, login(V5, "d", None, Some(token.as_bytes())), 0x86).await;
-        expect_connack(&broker, login(V3, "d", Some("dave"), Some(token.as_bytes())), 0x05)
-            .await;
+        expect_connack(
+            &broker,
+            login(V3, "d", Some("dave"), Some(token.as_bytes())),
+            0x05,
+        )
+        .await;
     }
-    let failed = broker.handle.broker.stats.auth_failed.load(std::sync::atomic::Ordering::Relaxed);
+    let failed = broker
+        .handle
+        .broker
+        .stats
+        .auth_failed
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(failed, 8);
 }
 
@@ -172,9 +195,19 @@ async fn rsa_and_ec_public_keys() {
         // Algorithm confusion: an HS256 token keyed with the public key's bytes is refused.
         let public_pem = std::fs::read(fixture(public)).unwrap();
         let confused = hs256(&public_pem, &claims("dave", now() + 300));
-        expect_connack(&broker, login(V5, "d", None, Some(confused.as_bytes())), 0x86).await;
+        expect_connack(
+            &broker,
+            login(V5, "d", None, Some(confused.as_bytes())),
+            0x86,
+        )
+        .await;
         let expired = sign(&claims("dave", now() - 60));
-        expect_connack(&broker, login(V5, "d", None, Some(expired.as_bytes())), 0x86).await;
+        expect_connack(
+            &broker,
+            login(V5, "d", None, Some(expired.as_bytes())),
+            0x86,
+        )
+        .await;
     }
 }
 
@@ -192,6 +225,10 @@ async fn tokens_and_password_file_side_by_side() {
     connected(&broker, V3, "dave", Some("dave"), Some(token.as_bytes())).await;
     // A token is never checked against the password file (nor a password as a token).
     let alice_token = hs256(b"wrong", &claims("alice", now() + 300));
-    expect_connack(&broker, login(V3, "a", Some("alice"), Some(alice_token.as_bytes())), 0x05)
-        .await;
+    expect_connack(
+        &broker,
+        login(V3, "a", Some("alice"), Some(alice_token.as_bytes())),
+        0x05,
+    )
+    .await;
 }

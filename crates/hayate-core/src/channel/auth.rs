@@ -165,7 +165,7 @@ impl Channel {
                             disconnect_reason(reason),
                             "reauthentication_failed",
                             out,
-                        ))
+                        ));
                     }
                 }
             }
@@ -205,11 +205,7 @@ impl Channel {
             }
             AuthStep::Fail(reason) => {
                 count_auth_failure(&self.broker.stats, reason);
-                Err(self.close_with(
-                    disconnect_reason(reason),
-                    "reauthentication_failed",
-                    out,
-                ))
+                Err(self.close_with(disconnect_reason(reason), "reauthentication_failed", out))
             }
         }
     }

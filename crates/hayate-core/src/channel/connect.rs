@@ -304,7 +304,12 @@ impl Channel {
 
     /// Refuses a CONNECT with CONNACK (v5 reason, or the matching v3 return code)
     /// [MQTT-3.2.2-6] [MQTT-3.2.2-7] and closes.
-    pub(super) fn refuse(&mut self, reason: ReasonCode, event: &'static str, out: &mut OutBuf) -> Close {
+    pub(super) fn refuse(
+        &mut self,
+        reason: ReasonCode,
+        event: &'static str,
+        out: &mut OutBuf,
+    ) -> Close {
         let code = if self.version.is_v5() {
             reason
         } else {

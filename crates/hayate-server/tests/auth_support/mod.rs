@@ -33,7 +33,7 @@ pub fn login(
 ) -> Connect {
     let mut connect = connect_packet(version, client_id, true);
     connect.username = username.map(Into::into);
-    connect.password = password.map(|p| bytes::Bytes::copy_from_slice(p));
+    connect.password = password.map(bytes::Bytes::copy_from_slice);
     connect
 }
 
