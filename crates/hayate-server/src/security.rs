@@ -474,6 +474,18 @@ impl SecurityHook {
         self.inner.rules.read().clone()
     }
 
+    /// Whether the ACL file allows `access` (everything when there is none). Without an ACL
+    /// file no lock is taken: whether there is one is fixed at start (its path is).
+    fn acl_allows(&self, client: &ClientInfo, topic: &str, access: Access) -> bool {
+        if self.inner.settings.acl_file.is_none() {
+            return true;
+        }
+        let rules = self.inner.rules.read();
+        rules.acl.as_ref().is_none_or(|acl| {
+            acl.check(client.username.as_deref(), &client.client_id, topic, access)
+        })
+    }
+
     /// Password hashes computed so far: logins the password cache did not answer.
     pub fn password_hashes_computed(&self) -> u64 {
         self.inner.hashes_computed.load(Ordering::Relaxed)
@@ -719,15 +731,7 @@ impl AuthHook for SecurityHook {
         if let Some(grant) = jwt_grant(client) {
             return !grant.is_expired(SystemTime::now()) && grant.can_publish(topic);
         }
-        match &self.rules().acl {
-            Some(acl) => acl.check(
-                client.username.as_deref(),
-                &client.client_id,
-                topic,
-                Access::Write,
-            ),
-            None => true,
-        }
+        self.acl_allows(client, topic, Access::Write)
     }
 
     fn disconnect_v3_on_denied_publish(&self) -> bool {
@@ -741,15 +745,7 @@ impl AuthHook for SecurityHook {
         let allowed = if let Some(grant) = jwt_grant(client) {
             !grant.is_expired(SystemTime::now()) && grant.can_subscribe(filter)
         } else {
-            match &self.rules().acl {
-                Some(acl) => acl.check(
-                    client.username.as_deref(),
-                    &client.client_id,
-                    filter,
-                    Access::Subscribe,
-                ),
-                None => true,
-            }
+            self.acl_allows(client, filter, Access::Subscribe)
         };
         if allowed {
             Ok(())
@@ -766,15 +762,7 @@ impl AuthHook for SecurityHook {
         if let Some(grant) = jwt_grant(client) {
             return !grant.is_expired(SystemTime::now()) && grant.can_receive(topic);
         }
-        match &self.rules().acl {
-            Some(acl) => acl.check(
-                client.username.as_deref(),
-                &client.client_id,
-                topic,
-                Access::Read,
-            ),
-            None => true,
-        }
+        self.acl_allows(client, topic, Access::Read)
     }
 
     fn reload(&self) {
