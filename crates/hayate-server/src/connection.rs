@@ -9,16 +9,18 @@ use hayate_codec::{decode, ReasonCode};
 use hayate_core::stats::Stats;
 use hayate_core::{Broker, Channel, Close, ConnectionInfo, OutBuf, WakeList};
 use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How often a connection paused by back-pressure re-checks on its own (it is normally woken
-/// when the subscriber drains; this catches a stalled subscriber and a missed wake-up).
-const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(50);
+/// when the subscriber drains; this notices a stalled subscriber, which sends no signal).
+const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(200);
 /// Read at most this much per wake before letting other tasks run (fairness).
 const READ_BUDGET: usize = 256 * 1024;
 /// Read buffer growth step.
@@ -170,7 +172,7 @@ impl ShutdownSignal {
 /// the awaited subscriber drains or the re-check interval passes. Never completes when not paused. The timer and the wait live on the heap, only while
 /// paused: inline they would enlarge every connection's task for a rare state.
 async fn wait_while_paused(
-    drained: Option<Arc<tokio::sync::Notify>>,
+    drained: Option<Pin<Box<OwnedNotified>>>,
     paused: bool,
     throttled_until: Option<Instant>,
 ) {
@@ -184,10 +186,9 @@ async fn wait_while_paused(
     let recheck = Box::pin(tokio::time::sleep(BACKPRESSURE_RECHECK));
     match drained {
         Some(drained) => {
-            let notified = Box::pin(drained.notified_owned());
             tokio::select! {
                 _ = recheck => {}
-                _ = notified => {}
+                _ = drained => {}
             }
         }
         None => recheck.await,

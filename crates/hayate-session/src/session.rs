@@ -255,14 +255,26 @@ impl Session {
     /// The broker-wide budget counts too: once it is half used, a session holding a noticeable
     /// share of it is congested as well.
     pub fn is_congested(&self) -> bool {
-        self.held_messages() >= self.limits.max_queued_messages / 2
-            || self.held_bytes >= self.limits.max_queued_bytes / 2
+        self.is_over(2)
+    }
+
+    /// True once the session holds no more than a quarter of its limits (and the broker-wide
+    /// budget is below a quarter too, or this session holds little of it): publishers paused on
+    /// it are resumed only then, so each pause lets a good share of the queue drain and a crowd
+    /// of paused publishers is not woken for every few messages.
+    pub fn is_drained(&self) -> bool {
+        !self.is_over(4)
+    }
+
+    fn is_over(&self, divisor: usize) -> bool {
+        self.held_messages() >= self.limits.max_queued_messages / divisor
+            || self.held_bytes >= self.limits.max_queued_bytes / divisor
             || (self.charged >= PRESSURE_CONGESTION_BYTES
                 && self
                     .limits
                     .budget
                     .as_ref()
-                    .is_some_and(|budget| budget.is_under_pressure()))
+                    .is_some_and(|budget| budget.held() >= budget.limit() / divisor))
     }
 
     /// Removes a delivery of `weight` bytes from the held count and returns its charge.
