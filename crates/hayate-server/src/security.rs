@@ -691,6 +691,11 @@ impl AuthHook for SecurityHook {
         client: &ClientInfo,
         method: &str,
     ) -> Result<Box<dyn EnhancedAuth>, ReasonCode> {
+        if client.listener.identity_as_username {
+            // The transport proved who the client is; no other method is offered there.
+            tracing::info!(client_id = %client.client_id, peer = ?client.peer, method, "enhanced_auth_on_identity_listener");
+            return Err(ReasonCode::BAD_AUTHENTICATION_METHOD);
+        }
         let Some(mechanism) = Mechanism::from_name(method) else {
             tracing::info!(client_id = %client.client_id, peer = ?client.peer, method, "unsupported_auth_method");
             return Err(ReasonCode::BAD_AUTHENTICATION_METHOD);
@@ -1114,6 +1119,12 @@ mod tests {
         by_identity.transport_identity = Some("device-7".into());
         let admitted = hook.authenticate(&by_identity, None).unwrap();
         assert_eq!(admitted.username.as_deref(), Some("device-7"));
+        // No enhanced authentication where the transport identity is the user name.
+        assert_eq!(
+            hook.start_enhanced_auth(&by_identity, "SCRAM-SHA-256")
+                .unwrap_err(),
+            ReasonCode::BAD_AUTHENTICATION_METHOD
+        );
     }
 
     #[test]
