@@ -42,7 +42,9 @@ pub struct ServerHandle {
 impl Server {
     /// Binds every listener and starts serving on the current tokio runtime.
     pub async fn start(config: Config) -> io::Result<ServerHandle> {
-        let hooks = Arc::new(config.auth.clone());
+        // Reads the password, ACL, SCRAM and JWT files now: a server with unusable security
+        // settings does not start.
+        let hooks = config.auth.prepare().map_err(io::Error::other)?;
         let broker = Broker::new(
             config.broker.clone(),
             hooks,

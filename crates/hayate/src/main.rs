@@ -173,7 +173,15 @@ impl Signals {
 }
 
 fn init_logging(level: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
+    // rustls warns about every client that sends an IP address as SNI (mosquitto_pub does):
+    // one log line per connection that any client can cause. Keep its errors only, unless the
+    // filter says otherwise.
+    let level = if level.contains("rustls") {
+        level.to_string()
+    } else {
+        format!("{level},rustls=error")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
         .with_context(|| format!("invalid log level {level:?}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
