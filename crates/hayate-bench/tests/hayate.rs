@@ -422,8 +422,13 @@ async fn overload_is_visible_and_recovery_is_measured() {
     assert_eq!(over.lost, 0);
     // After the decrease: the new phase runs on its own schedule.
     assert!(after.unsent <= 2, "unsent {}", after.unsent);
+    // Everything intended in the new phase arrives; its delivered rate (receipts during the
+    // phase) is at least the offered rate, plus whatever backlog of the overload phase the
+    // broker still held for the subscriber when the rate fell (more on a loaded machine).
+    assert_eq!(after.lost, 0);
+    assert!(after.delivered + 2 >= after.sent, "{after:?}");
     assert!(
-        (after.delivered_rate_per_s - 200.0).abs() <= 20.0,
+        after.delivered_rate_per_s >= 180.0,
         "{}",
         after.delivered_rate_per_s
     );
