@@ -1,61 +1,28 @@
-//! Topic grammar and matching, as needed by ACL evaluation (kept here so the auth rules do not
-//! depend on the broker's subscription index).
+//! Topic matching as ACL evaluation needs it: validity and matching come from `hayate-topic`
+//! (the grammar the broker routes with); covering one filter by another is ACL-specific.
 //!
 //! Semantics follow MQTT and Mosquitto's `mosquitto_topic_matches_sub`: `+` matches one level,
 //! `#` matches the rest including the parent level (`a/#` matches `a`), and a topic whose first
 //! level starts with `$` is matched only by filters whose first level starts with `$`.
 
-/// Longest topic or filter MQTT can carry.
-const MAX_LEN: usize = 65_535;
-
-/// A valid topic *name*: non-empty, no wildcards, no NUL, at most 65 535 bytes.
+/// A valid topic *name* (the broker's grammar, `hayate-topic`).
 pub(crate) fn valid_topic(topic: &str) -> bool {
-    !topic.is_empty()
-        && topic.len() <= MAX_LEN
-        && !topic.bytes().any(|b| b == b'+' || b == b'#' || b == 0)
+    hayate_topic::validate_topic_name(topic).is_ok()
 }
 
-/// A valid topic *filter*: non-empty, `+` and `#` only as whole levels, `#` only last.
+/// A valid topic *filter*: `+` and `#` only as whole levels, `#` only last.
 pub(crate) fn valid_filter(filter: &str) -> bool {
-    if filter.is_empty() || filter.len() > MAX_LEN || filter.contains('\0') {
-        return false;
-    }
-    let mut levels = filter.split('/').peekable();
-    while let Some(level) = levels.next() {
-        let last = levels.peek().is_none();
-        match level {
-            "#" if !last => return false,
-            "#" | "+" => {}
-            _ if level.contains(['+', '#']) => return false,
-            _ => {}
-        }
-    }
-    true
+    hayate_topic::validate_topic_filter(filter).is_ok()
 }
 
 fn is_wildcard(level: &str) -> bool {
     level == "+" || level == "#"
 }
 
-/// Whether `filter` matches the topic name `topic`. Invalid input never matches.
+/// Whether `filter` matches the topic name `topic` (`hayate-topic`'s matcher, the one the
+/// broker routes with). Invalid input never matches.
 pub(crate) fn matches(filter: &str, topic: &str) -> bool {
-    if !valid_filter(filter) || !valid_topic(topic) {
-        return false;
-    }
-    if topic.starts_with('$') != filter.starts_with('$') {
-        return false;
-    }
-    let mut f = filter.split('/');
-    let mut t = topic.split('/');
-    loop {
-        match (f.next(), t.next()) {
-            (Some("#"), _) => return true,
-            (Some("+"), Some(_)) => {}
-            (Some(fl), Some(tl)) if fl == tl => {}
-            (None, None) => return true,
-            _ => return false,
-        }
-    }
+    valid_filter(filter) && valid_topic(topic) && hayate_topic::matches_filter(filter, topic)
 }
 
 /// Whether every topic matched by `inner` is also matched by `outer` (both filters).
