@@ -138,6 +138,7 @@ impl Broker {
             }
             state.ended = true;
             state.epoch += 1;
+            self.router.clear_congested(cell);
             let filters: Vec<Box<str>> = state.subscriptions.drain().map(|(f, _)| f).collect();
             let shared = state.session.take_shared_deliveries();
             state.session.clear();

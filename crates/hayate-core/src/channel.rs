@@ -292,16 +292,23 @@ impl Channel {
         if self.phase != Phase::Connected {
             return Ok(());
         }
-        let report = self.with_session(out, |state, out| {
+        let (report, drained) = self.with_session(out, |state, out| {
             let report = state.session.poll_transmit(now, out);
+            let mut drained = false;
             if state.drained.is_some() && state.session.is_drained() {
                 // Down to the low-water mark: resume the publishers paused on this session.
-                if let Some(drained) = state.drained.take() {
-                    drained.notify_waiters();
+                if let Some(signal) = state.drained.take() {
+                    signal.notify_waiters();
                 }
+                drained = true;
             }
-            report
+            (report, drained)
         })?;
+        if drained {
+            if let Some(cell) = &self.cell {
+                self.broker.router.clear_congested(cell);
+            }
+        }
         self.more_to_send = report.more;
         let stats = &self.broker.stats;
         Stats::add(&stats.publish_sent, report.published as u64);
@@ -382,6 +389,32 @@ impl Channel {
         let mut notified = Box::pin(drained.notified_owned());
         notified.as_mut().enable();
         Some(notified)
+    }
+
+    /// Back-pressure before routing: true when `publish` should not be handled yet because a
+    /// session it would reach is congested (and attached, and not found stalled). The caller
+    /// keeps the packet, stops reading, and offers it again once [`Channel::is_backpressured`]
+    /// turns false. Without this, every publisher would still add its next message to the
+    /// congested queue before pausing: with thousands of publishers of large messages that
+    /// alone overflows the queue. Only a `Connected` channel with a topic in the packet defers
+    /// (an alias-only PUBLISH is routed as usual).
+    pub fn must_defer(&mut self, publish: &hayate_codec::Publish, now: Instant) -> bool {
+        if self.phase != Phase::Connected || publish.topic.is_empty() || self.is_waiting() {
+            return false;
+        }
+        let own = self.cell.as_ref().map(|cell| cell.id);
+        let Some(cell) = self.broker.router.congested_target(&publish.topic, own) else {
+            return false;
+        };
+        let congested = {
+            let state = cell.state.lock();
+            state.session.is_attached() && state.session.is_congested()
+        };
+        if !congested {
+            return false;
+        }
+        self.wait_on(cell, now);
+        self.is_waiting()
     }
 
     /// Starts waiting on a congested subscriber after a publish, unless it is this client's

@@ -10,7 +10,7 @@ use hayate_codec::{QoS, SubscriptionOptions, Will};
 use hayate_session::Session;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::Notify;
@@ -79,6 +79,10 @@ pub struct SessionCell {
     pub client_id: Arc<str>,
     /// The state.
     pub state: Mutex<SessionState>,
+    /// Set (by the router) when a publish leaves this session congested, cleared when it has
+    /// drained to its low-water mark: a lock-free hint for publishers deciding whether to hold
+    /// a PUBLISH back before routing it (the lock is taken to confirm).
+    pub congested: AtomicBool,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -128,6 +132,7 @@ impl Registry {
         let cell = Arc::new(SessionCell {
             id: next_id(),
             client_id: client_id.clone(),
+            congested: AtomicBool::new(false),
             state: Mutex::new(SessionState {
                 session: new_session(),
                 subscriptions: HashMap::new(),

@@ -62,6 +62,9 @@ pub struct Router {
     shared: RwLock<SubscriptionIndex<Arc<str>, Arc<SharedGroup>>>,
     retained: RwLock<RetainedTree<Arc<Message>>>,
     strategy: SharedStrategy,
+    /// Sessions with their `congested` flag set; while zero, publishers skip the pre-routing
+    /// congestion check entirely.
+    congested_sessions: AtomicUsize,
 }
 
 /// A matched, per-client merged target of one message.
@@ -141,6 +144,35 @@ impl Router {
         }
     }
 
+    /// A session matching `topic` (other than `exclude`) whose congested flag is set, if any:
+    /// the candidate a publisher should wait on before routing. Costs one relaxed load while no
+    /// session is congested. Shared groups are not looked at (a group member that is congested
+    /// holds back only the publishers whose messages reached it).
+    pub fn congested_target(&self, topic: &str, exclude: Option<u64>) -> Option<Arc<SessionCell>> {
+        if self.congested_sessions.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut found = None;
+        self.index
+            .read()
+            .for_each_match(topic, |_filter, _id, entry| {
+                if found.is_none()
+                    && Some(entry.cell.id) != exclude
+                    && entry.cell.congested.load(Ordering::Relaxed)
+                {
+                    found = Some(entry.cell.clone());
+                }
+            });
+        found
+    }
+
+    /// Clears a session's congested flag (it drained, or it ended).
+    pub fn clear_congested(&self, cell: &SessionCell) {
+        if cell.congested.swap(false, Ordering::Relaxed) {
+            self.congested_sessions.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Number of (filter, session) subscriptions, shared members not included.
     pub fn subscription_count(&self) -> usize {
         self.index.read().len()
@@ -184,7 +216,14 @@ impl Router {
                 subscription_ids: target.subscription_ids,
                 shared_group: None,
             };
-            enqueue(&target.cell, delivery, reader, wake, &mut outcome);
+            enqueue(
+                &target.cell,
+                delivery,
+                reader,
+                wake,
+                &mut outcome,
+                &self.congested_sessions,
+            );
         }
         for group in groups {
             self.deliver_to_group(&group, message, None, reader, wake, &mut outcome);
@@ -253,7 +292,14 @@ impl Router {
             shared_group: Some(group.key.clone()),
         };
         // Already checked: the group member was chosen among those that may read.
-        enqueue(&chosen.cell, delivery, None, wake, outcome);
+        enqueue(
+            &chosen.cell,
+            delivery,
+            None,
+            wake,
+            outcome,
+            &self.congested_sessions,
+        );
     }
 
     /// Gives deliveries that a departing member of shared groups had not completed to other
@@ -383,6 +429,7 @@ fn enqueue(
     reader: Option<&dyn AuthHook>,
     wake: &mut WakeList,
     outcome: &mut RouteOutcome,
+    congested_sessions: &AtomicUsize,
 ) {
     let mut state = cell.state.lock();
     if !may_read(reader, &state, &delivery.message) {
@@ -398,6 +445,9 @@ fn enqueue(
                 && state.session.is_congested()
             {
                 state.drained.get_or_insert_with(Default::default);
+                if !cell.congested.swap(true, Ordering::Relaxed) {
+                    congested_sessions.fetch_add(1, Ordering::Relaxed);
+                }
                 outcome.congested = Some(cell.clone());
             }
             if needs_wake {

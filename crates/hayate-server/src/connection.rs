@@ -73,6 +73,9 @@ pub(crate) struct Connection<T> {
     input_pending: bool,
     /// Inbound rate limit; only when configured.
     limit: Option<Box<InboundLimit>>,
+    /// A decoded PUBLISH held back by back-pressure before routing (`Channel::must_defer`);
+    /// handled first when reading resumes.
+    deferred: Option<Box<hayate_codec::Packet>>,
 }
 
 /// A client's inbound rate limit: token buckets for bytes and PUBLISH packets, refilled
@@ -218,6 +221,7 @@ impl<T: Transport> Connection<T> {
             last_read: Instant::now(),
             input_pending: false,
             limit,
+            deferred: None,
         }
     }
 
@@ -406,15 +410,26 @@ impl<T: Transport> Connection<T> {
                 .as_ref()
                 .is_some_and(|limit| limit.messages < 0.0);
             if !drain_all && (self.channel.is_waiting() || throttled) {
-                self.input_pending = !self.read_buf.is_empty();
+                self.input_pending = !self.read_buf.is_empty() || self.deferred.is_some();
                 break;
             }
-            match decode(
-                &mut self.read_buf,
-                self.channel.version(),
-                self.settings.max_packet_size,
-            ) {
+            let next = match self.deferred.take() {
+                Some(packet) => Ok(Some(*packet)),
+                None => decode(
+                    &mut self.read_buf,
+                    self.channel.version(),
+                    self.settings.max_packet_size,
+                ),
+            };
+            match next {
                 Ok(Some(packet)) => {
+                    if let hayate_codec::Packet::Publish(publish) = &packet {
+                        if !drain_all && self.channel.must_defer(publish, now) {
+                            self.deferred = Some(Box::new(packet));
+                            self.input_pending = true;
+                            break;
+                        }
+                    }
                     if let (Some(limit), hayate_codec::Packet::Publish(_)) =
                         (&mut self.limit, &packet)
                     {

@@ -173,3 +173,60 @@ async fn broker_wide_budget_bounds_all_queues_together() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(memory.held(), 0, "every charge returned");
 }
+
+/// Many publishers of large messages at once: 200 publishers each send 10 × 10 KiB to one
+/// subscriber whose queue holds 512 KiB. Pausing a publisher only after its message went into
+/// the congested queue would let each of the 200 add one more (2 MB, four times the queue) and
+/// lose most of them; publishers hold a PUBLISH back *before* routing it while a session it
+/// would reach is congested, so nothing is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_publishers_of_large_messages_lose_nothing() {
+    const PUBLISHERS: usize = 200;
+    const EACH: usize = 10;
+    let broker = TestBroker::start_with(|config| {
+        config.broker.max_queued_bytes = 512 * 1024;
+    })
+    .await;
+    let mut subscriber = broker.client(ProtocolVersion::V311, "big-sub").await;
+    subscriber.subscribe("big/#", QoS::AtMostOnce, 1).await;
+    let mut senders = Vec::new();
+    for p in 0..PUBLISHERS {
+        let mut publisher = broker
+            .client(ProtocolVersion::V311, &format!("big-pub-{p}"))
+            .await;
+        senders.push(tokio::spawn(async move {
+            let payload = vec![p as u8; PAYLOAD];
+            for _ in 0..EACH {
+                let packet =
+                    publish_packet(&format!("big/{p}"), &payload, QoS::AtMostOnce, false, None);
+                publisher.send(Packet::Publish(packet)).await;
+            }
+            publisher
+        }));
+    }
+    let mut per_publisher = vec![0usize; PUBLISHERS];
+    for received in 0..PUBLISHERS * EACH {
+        let publish = tokio::time::timeout(Duration::from_secs(20), subscriber.recv_publish())
+            .await
+            .unwrap_or_else(|_| panic!("only {received} of {} arrived", PUBLISHERS * EACH));
+        per_publisher[publish.payload[0] as usize] += 1;
+        if received % 50 == 0 {
+            // A subscriber that reads, but not as fast as 200 publishers write.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    for sender in senders {
+        sender.await.expect("publisher task");
+    }
+    assert!(
+        per_publisher.iter().all(|&n| n == EACH),
+        "{per_publisher:?}"
+    );
+    let dropped = broker
+        .handle
+        .broker
+        .stats
+        .publish_dropped
+        .load(Ordering::Relaxed);
+    assert_eq!(dropped, 0, "no message may be dropped");
+}
