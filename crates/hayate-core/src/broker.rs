@@ -25,6 +25,7 @@ pub struct Broker {
     pub stats: Stats,
     /// The broker-wide account of queued message bytes (`max_queued_bytes_total`).
     pub memory: Arc<MemoryBudget>,
+    session_limits: Arc<SessionLimits>,
     /// Authentication and authorisation.
     pub hooks: Arc<dyn AuthHook>,
     timers: Timers,
@@ -35,9 +36,17 @@ pub struct Broker {
 impl Broker {
     /// A broker with the given settings and hooks, started at `now`.
     pub fn new(config: BrokerConfig, hooks: Arc<dyn AuthHook>, now: Instant) -> Arc<Broker> {
+        let memory = Arc::new(MemoryBudget::new(config.max_queued_bytes_total));
         Arc::new(Broker {
             router: Router::new(config.shared_subscription_strategy),
-            memory: Arc::new(MemoryBudget::new(config.max_queued_bytes_total)),
+            memory: memory.clone(),
+            session_limits: Arc::new(SessionLimits {
+                max_queued_messages: config.max_queued_messages,
+                max_queued_bytes: config.max_queued_bytes,
+                max_inflight: config.max_inflight_messages,
+                queue_qos0_offline: config.queue_qos0_offline,
+                budget: Some(memory),
+            }),
             config,
             registry: Registry::default(),
             stats: Stats::default(),
@@ -47,15 +56,9 @@ impl Broker {
         })
     }
 
-    /// Session limits from the configuration.
-    pub fn session_limits(&self) -> SessionLimits {
-        SessionLimits {
-            max_queued_messages: self.config.max_queued_messages,
-            max_queued_bytes: self.config.max_queued_bytes,
-            max_inflight: self.config.max_inflight_messages,
-            queue_qos0_offline: self.config.queue_qos0_offline,
-            budget: Some(self.memory.clone()),
-        }
+    /// Session limits from the configuration, shared by every session.
+    pub fn session_limits(&self) -> Arc<SessionLimits> {
+        self.session_limits.clone()
     }
 
     /// Accepts an application message: stores it as retained if flagged, then routes it to

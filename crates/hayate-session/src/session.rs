@@ -165,7 +165,8 @@ pub struct TransmitReport {
 /// One client's session state. See the crate docs.
 #[derive(Debug)]
 pub struct Session {
-    limits: SessionLimits,
+    /// Shared by every session of a broker (they all have the same limits).
+    limits: Arc<SessionLimits>,
     connection: Option<ConnectionParams>,
     /// Deliveries waiting for an in-flight slot (or for the client to come back).
     pending: VecDeque<Delivery>,
@@ -190,6 +191,11 @@ pub struct Session {
 impl Session {
     /// A new, empty session.
     pub fn new(limits: SessionLimits) -> Session {
+        Session::with_shared_limits(Arc::new(limits))
+    }
+
+    /// A new, empty session whose limits are shared with others (saves memory per session).
+    pub fn with_shared_limits(limits: Arc<SessionLimits>) -> Session {
         Session {
             limits,
             connection: None,

@@ -200,7 +200,9 @@ impl Channel {
         let opened = self
             .broker
             .registry
-            .open(&client_id, connect.clean_start, || Session::new(limits));
+            .open(&client_id, connect.clean_start, || {
+                Session::with_shared_limits(limits)
+            });
         if let Some(replaced) = &opened.replaced {
             // Clean start over an existing session: that session ends now, and a connection
             // still attached to it is closed [MQTT-3.1.4-3].
