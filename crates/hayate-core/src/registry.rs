@@ -41,7 +41,7 @@ pub struct SessionState {
     /// Protocol state (queues, in-flight, packet ids).
     pub session: Session,
     /// Filters this session is subscribed to (full text, `$share/...` included).
-    pub subscriptions: HashMap<Box<str>, SubscriptionRecord>,
+    pub subscriptions: Subscriptions,
     /// Connection currently attached (0 = none). A connection whose id differs has been taken
     /// over and must stop.
     pub owner: u64,
@@ -67,6 +67,54 @@ pub struct SessionState {
     /// The client attached, or the last one while the session is offline: deliveries are
     /// authorised against it (`AuthHook::authorize_read`).
     pub client: Option<Arc<ClientInfo>>,
+}
+
+/// A session's subscriptions (filter → options), allocated with the first one: most
+/// connections (publishers, idle devices) never subscribe, and an empty map inline would cost
+/// each of them 48 bytes.
+#[derive(Debug, Default)]
+pub struct Subscriptions(Option<Box<HashMap<Box<str>, SubscriptionRecord>>>);
+
+impl Subscriptions {
+    /// Whether `filter` is subscribed.
+    pub fn contains_key(&self, filter: &str) -> bool {
+        self.0.as_ref().is_some_and(|map| map.contains_key(filter))
+    }
+
+    /// Number of subscriptions.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |map| map.len())
+    }
+
+    /// True without subscriptions.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds or replaces one; returns the previous record.
+    pub fn insert(&mut self, filter: Box<str>, record: SubscriptionRecord) -> Option<SubscriptionRecord> {
+        self.0.get_or_insert_with(Default::default).insert(filter, record)
+    }
+
+    /// Removes one; returns its record.
+    pub fn remove(&mut self, filter: &str) -> Option<SubscriptionRecord> {
+        let map = self.0.as_mut()?;
+        let removed = map.remove(filter);
+        if map.is_empty() {
+            self.0 = None;
+        }
+        removed
+    }
+
+    /// Takes every subscription out.
+    pub fn drain(&mut self) -> impl Iterator<Item = (Box<str>, SubscriptionRecord)> {
+        self.0.take().into_iter().flat_map(|map| map.into_iter())
+    }
+
+    /// The subscriptions, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Box<str>, &SubscriptionRecord)> {
+        self.0.iter().flat_map(|map| map.iter())
+    }
 }
 
 /// A session shared between the registry, the router (subscriptions point at it) and the
@@ -135,7 +183,7 @@ impl Registry {
             congested: AtomicBool::new(false),
             state: Mutex::new(SessionState {
                 session: new_session(),
-                subscriptions: HashMap::new(),
+                subscriptions: Subscriptions::default(),
                 owner: 0,
                 epoch: 0,
                 expiry_interval: 0,

@@ -140,13 +140,18 @@ struct Outflight {
     seq: u64,
 }
 
-/// Session state that only some clients use: inbound QoS 2 ids and topic aliases.
+/// Session state that only some clients use: inbound QoS 2 ids, topic aliases, resends after
+/// a reconnect and outbound PUBRELs.
 #[derive(Debug, Default)]
 struct RareState {
     /// Inbound QoS 2 packet ids for which PUBREC was sent and PUBREL is awaited.
     inbound_qos2: HashSet<u16>,
     inbound_aliases: HashMap<u16, ByteStr>,
     outbound_aliases: HashMap<ByteStr, u16>,
+    /// Packet ids to send again, in order: filled when a connection attaches.
+    resend: VecDeque<u16>,
+    /// PUBREL packets to send (from PUBREC handling).
+    pubrel_out: VecDeque<PubResp>,
 }
 
 /// What a `poll_transmit` call did.
@@ -176,10 +181,6 @@ pub struct Session {
     /// overhead per held delivery); returned as deliveries leave and when the session drops.
     charged: usize,
     inflight: HashMap<u16, Outflight>,
-    /// Packet ids to send again, in order: filled when a connection attaches.
-    resend: VecDeque<u16>,
-    /// PUBREL packets to send (from PUBREC handling).
-    pubrel_out: VecDeque<PubResp>,
     next_packet_id: u16,
     next_seq: u64,
     /// State only some clients need; allocated on first use so an idle session stays small.
@@ -203,8 +204,6 @@ impl Session {
             held_bytes: 0,
             charged: 0,
             inflight: HashMap::new(),
-            resend: VecDeque::new(),
-            pubrel_out: VecDeque::new(),
             next_packet_id: 1,
             next_seq: 0,
             rare: None,
@@ -221,18 +220,24 @@ impl Session {
         if let Some(rare) = &mut self.rare {
             rare.inbound_aliases.clear();
             rare.outbound_aliases.clear();
+            rare.pubrel_out.clear();
+            rare.resend.clear();
         }
-        self.pubrel_out.clear();
-        let mut ids: Vec<(u64, u16)> = self.inflight.iter().map(|(id, f)| (f.seq, *id)).collect();
-        ids.sort_unstable();
-        self.resend = ids.into_iter().map(|(_, id)| id).collect();
+        if !self.inflight.is_empty() {
+            let mut ids: Vec<(u64, u16)> =
+                self.inflight.iter().map(|(id, f)| (f.seq, *id)).collect();
+            ids.sort_unstable();
+            self.rare().resend = ids.into_iter().map(|(_, id)| id).collect();
+        }
     }
 
     /// Ends the current network connection; the state stays for the next one.
     pub fn detach(&mut self) {
         self.connection = None;
-        self.resend.clear();
-        self.pubrel_out.clear();
+        if let Some(rare) = &mut self.rare {
+            rare.resend.clear();
+            rare.pubrel_out.clear();
+        }
     }
 
     /// True while a network connection is attached.
@@ -302,8 +307,10 @@ impl Session {
     /// True when `poll_transmit` may have something to write.
     pub fn wants_transmit(&self) -> bool {
         self.connection.is_some()
-            && (!self.resend.is_empty()
-                || !self.pubrel_out.is_empty()
+            && (self
+                .rare
+                .as_ref()
+                .is_some_and(|rare| !rare.resend.is_empty() || !rare.pubrel_out.is_empty())
                 || (!self.pending.is_empty() && self.inflight.len() < usize::from(self.window())))
     }
 
@@ -386,8 +393,6 @@ impl Session {
     pub fn clear(&mut self) {
         self.pending.clear();
         self.inflight.clear();
-        self.resend.clear();
-        self.pubrel_out.clear();
         self.rare = None;
         self.held_bytes = 0;
         self.release_charge();
@@ -500,19 +505,19 @@ impl Session {
                     if let Some(d) = f.delivery.take() {
                         self.free(d.weight());
                     }
-                    self.pubrel_out.push_back(PubResp::new(id));
+                    self.rare().pubrel_out.push_back(PubResp::new(id));
                 }
                 true
             }
             Some(f) if f.state == OutflightState::AwaitPubComp => {
                 // A repeated PUBREC: answer with PUBREL again.
-                self.pubrel_out.push_back(PubResp::new(id));
+                self.rare().pubrel_out.push_back(PubResp::new(id));
                 true
             }
             _ => false,
         };
         if !known && !reason.is_error() {
-            self.pubrel_out.push_back(PubResp {
+            self.rare().pubrel_out.push_back(PubResp {
                 packet_id: id,
                 reason_code: ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
                 properties: Properties::default(),
@@ -557,10 +562,10 @@ impl Session {
             return report;
         };
         let start_len = out.len();
-        while let Some(rel) = self.pubrel_out.pop_front() {
+        while let Some(rel) = self.rare.as_mut().and_then(|rare| rare.pubrel_out.pop_front()) {
             let _ = encode(&Packet::PubRel(rel), conn.version, out.tail_mut());
         }
-        while let Some(id) = self.resend.pop_front() {
+        while let Some(id) = self.rare.as_mut().and_then(|rare| rare.resend.pop_front()) {
             let Some(flight) = self.inflight.get(&id) else {
                 continue;
             };
