@@ -73,6 +73,8 @@ pub struct SessionState {
 /// connections (publishers, idle devices) never subscribe, and an empty map inline would cost
 /// each of them 48 bytes.
 #[derive(Debug, Default)]
+// The box is the point: `Option<Box<HashMap>>` is 8 bytes inline, `HashMap` 48.
+#[allow(clippy::box_collection)]
 pub struct Subscriptions(Option<Box<HashMap<Box<str>, SubscriptionRecord>>>);
 
 impl Subscriptions {
@@ -92,8 +94,14 @@ impl Subscriptions {
     }
 
     /// Adds or replaces one; returns the previous record.
-    pub fn insert(&mut self, filter: Box<str>, record: SubscriptionRecord) -> Option<SubscriptionRecord> {
-        self.0.get_or_insert_with(Default::default).insert(filter, record)
+    pub fn insert(
+        &mut self,
+        filter: Box<str>,
+        record: SubscriptionRecord,
+    ) -> Option<SubscriptionRecord> {
+        self.0
+            .get_or_insert_with(Default::default)
+            .insert(filter, record)
     }
 
     /// Removes one; returns its record.

@@ -349,8 +349,11 @@ impl<T: Transport> Connection<T> {
         }
     }
 
-    /// Reads what the socket has (up to a budget), decodes and handles every complete packet,
-    /// then rings the doorbells of the sessions that got messages — once each per batch.
+    /// Reads what the socket has (up to a budget) and handles every complete packet, chunk by
+    /// chunk: what one read brought is decoded and handled before the next read, so a
+    /// publisher paused by back-pressure mid-way holds at most one chunk of unhandled input
+    /// (with thousands of paused publishers, reading the whole budget first would park
+    /// gigabytes in their buffers). Doorbells are rung once per chunk.
     /// `None` (outer) means the socket is gone; `Some(Some(close))` means close it.
     fn read_and_process(&mut self) -> Option<Option<Close>> {
         let mut read_total = 0;
@@ -370,7 +373,20 @@ impl<T: Transport> Connection<T> {
                     eof = true;
                     break;
                 }
-                Ok(n) => read_total += n,
+                Ok(n) => {
+                    read_total += n;
+                    if let Some(limit) = &mut self.limit {
+                        limit.bytes -= n as f64;
+                    }
+                    if let Some(close) = self.process_buffered(false) {
+                        self.account_read(read_total);
+                        return Some(Some(close));
+                    }
+                    if self.input_pending {
+                        // Paused (back-pressure or rate limit): read no further.
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
@@ -379,20 +395,23 @@ impl<T: Transport> Connection<T> {
                 }
             }
         }
-        if read_total > 0 {
-            if let Some(limit) = &mut self.limit {
-                limit.bytes -= read_total as f64;
-            }
-            self.last_read = Instant::now();
-            Stats::add(&self.broker.stats.bytes_received, read_total as u64);
+        self.account_read(read_total);
+        if self.read_buf.is_empty() {
+            // The last attempt reserved room and found nothing: keep no buffer while idle.
+            self.read_buf = BytesMut::new();
+        }
+        if !eof {
+            return Some(None);
         }
         // At end of stream everything the client sent is handled, paused or not (its last
         // packet may be a DISCONNECT that decides about its will).
-        let close = self.process_buffered(eof);
-        match (close, eof) {
-            (Some(close), _) => Some(Some(close)),
-            (None, true) => None,
-            (None, false) => Some(None),
+        self.process_buffered(true).map(Some)
+    }
+
+    fn account_read(&mut self, read_total: usize) {
+        if read_total > 0 {
+            self.last_read = Instant::now();
+            Stats::add(&self.broker.stats.bytes_received, read_total as u64);
         }
     }
 

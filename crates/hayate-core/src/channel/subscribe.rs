@@ -175,9 +175,8 @@ impl Channel {
                 reason_codes.push(ReasonCode::TOPIC_FILTER_INVALID);
                 continue;
             }
-            let recorded = self.with_session(out, |state, _| {
-                state.subscriptions.remove(&**filter).is_some()
-            })?;
+            let recorded =
+                self.with_session(out, |state, _| state.subscriptions.remove(filter).is_some())?;
             let removed = self.broker.router.unsubscribe(filter, session_id);
             if removed {
                 self.broker
