@@ -322,7 +322,8 @@ impl<T: Transport> Connection<T> {
                         continue;
                     }
                     if !self.channel.is_connected() {
-                        tracing::info!(peer = ?self.channel.peer(), "connect_timeout");
+                        // Debug, not info: a slowloris attack would otherwise write one line per socket.
+                        tracing::debug!(peer = ?self.channel.peer(), "connect_timeout");
                         return None;
                     }
                     let deadline = self.keep_alive_deadline();
