@@ -311,7 +311,11 @@ impl Session {
                 .rare
                 .as_ref()
                 .is_some_and(|rare| !rare.resend.is_empty() || !rare.pubrel_out.is_empty())
-                || (!self.pending.is_empty() && self.inflight.len() < usize::from(self.window())))
+                // QoS 0 needs no in-flight slot: it goes out even with the window full.
+                || self.pending.front().is_some_and(|front| {
+                    front.qos == QoS::AtMostOnce
+                        || self.inflight.len() < usize::from(self.window())
+                }))
     }
 
     fn window(&self) -> u16 {
@@ -562,7 +566,11 @@ impl Session {
             return report;
         };
         let start_len = out.len();
-        while let Some(rel) = self.rare.as_mut().and_then(|rare| rare.pubrel_out.pop_front()) {
+        while let Some(rel) = self
+            .rare
+            .as_mut()
+            .and_then(|rare| rare.pubrel_out.pop_front())
+        {
             let _ = encode(&Packet::PubRel(rel), conn.version, out.tail_mut());
         }
         while let Some(id) = self.rare.as_mut().and_then(|rare| rare.resend.pop_front()) {
@@ -582,14 +590,17 @@ impl Session {
                 }
                 (_, Some(delivery)) => {
                     let delivery = delivery.clone();
-                    if self
-                        .write_publish(&conn, &delivery, Some(id), true, now, out)
-                        .is_err()
-                    {
-                        // Expired or too large for the client: give up on it.
-                        self.release(id);
-                    } else {
-                        report.published += 1;
+                    match self.write_publish(&conn, &delivery, Some(id), true, now, out) {
+                        Ok(()) => report.published += 1,
+                        Err(reason) => {
+                            // Too large for the client's new Maximum Packet Size: give up on
+                            // it, and count it.
+                            self.release(id);
+                            match reason {
+                                Unsendable::Expired => report.expired += 1,
+                                Unsendable::TooLarge => report.too_large += 1,
+                            }
+                        }
                     }
                 }
                 (_, None) => {}
@@ -679,11 +690,14 @@ impl Session {
         out: &mut OutBuf,
     ) -> Result<(), Unsendable> {
         let message = &delivery.message;
-        if message.is_expired(now) {
+        // Expiry only stops a delivery that has not started [MQTT-3.3.2-5]; a resend (DUP) of
+        // one the client may already hold must go out [MQTT-4.4.0-1].
+        if !dup && message.is_expired(now) {
             return Err(Unsendable::Expired);
         }
         let v5 = conn.version.is_v5();
-        let alias = if v5 && conn.assign_outbound_aliases && conn.client_topic_alias_maximum > 0 {
+        let mut alias = if v5 && conn.assign_outbound_aliases && conn.client_topic_alias_maximum > 0
+        {
             self.outbound_alias(&message.topic, conn.client_topic_alias_maximum)
         } else {
             None
@@ -719,16 +733,28 @@ impl Session {
                 topic = b"";
             }
         }
-        let header_len = publish_header_len(
-            conn.version,
-            topic.len(),
-            packet_id.is_some(),
-            &properties,
-            message.payload.len(),
-        );
-        if header_len + message.payload.len() > conn.client_maximum_packet_size as usize {
-            // Sending without the alias would be even larger, so the message cannot be sent.
-            return Err(Unsendable::TooLarge);
+        let fits = |topic: &[u8], properties: &Properties| {
+            let header_len = publish_header_len(
+                conn.version,
+                topic.len(),
+                packet_id.is_some(),
+                properties,
+                message.payload.len(),
+            );
+            header_len + message.payload.len() <= conn.client_maximum_packet_size as usize
+        };
+        if !fits(topic, &properties) {
+            // The alias property (3 bytes) can make a packet larger than the full topic would
+            // (a new alias, or a known one for a topic under 3 bytes): try without it.
+            if alias.is_none() {
+                return Err(Unsendable::TooLarge);
+            }
+            alias = None;
+            properties.topic_alias = None;
+            topic = message.topic.as_bytes();
+            if !fits(topic, &properties) {
+                return Err(Unsendable::TooLarge);
+            }
         }
         let packet_id = packet_id.and_then(PacketId::new);
         encode_publish_header(

@@ -336,3 +336,116 @@ fn budget_pressure_makes_large_holders_congested() {
     assert!(budget.is_under_pressure());
     assert!(session.is_congested());
 }
+
+fn message_with(topic: &str, payload: &[u8], qos: QoS, expires_at: Option<Instant>) -> Delivery {
+    let message = Message::new(
+        ByteStr::from(topic),
+        Bytes::copy_from_slice(payload),
+        qos,
+        false,
+        Default::default(),
+        expires_at,
+        None,
+    );
+    Delivery {
+        message: Arc::new(message),
+        qos,
+        retain: false,
+        subscription_ids: Vec::new(),
+        shared_group: None,
+    }
+}
+
+/// Fuzz finding 1 (`session_model`, fuzz/artifacts/session_model/known1-*): a QoS 0 message
+/// at the front of the queue needs no in-flight slot, so a full window must not hide it.
+#[test]
+fn fuzz_1_qos0_behind_a_full_window_still_wants_transmit() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V5, 1));
+    session.enqueue(delivery("a", QoS::AtLeastOnce));
+    assert_eq!(
+        publish_ids(&drain(&mut session, ProtocolVersion::V5, now)).len(),
+        1
+    );
+    session.enqueue(delivery("b", QoS::AtMostOnce));
+    assert!(session.wants_transmit(), "the QoS 0 message can go out now");
+    let packets = drain(&mut session, ProtocolVersion::V5, now);
+    assert_eq!(publish_ids(&packets), vec![(0, false)]);
+}
+
+/// Fuzz finding 2 (`known2-*`): a message that fits the client's Maximum Packet Size with its
+/// full topic is sent that way when a topic alias would make it too large.
+#[test]
+fn fuzz_2_alias_that_would_overflow_the_maximum_packet_size_is_left_out() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    let mut p = params(ProtocolVersion::V5, 10);
+    p.client_topic_alias_maximum = 10;
+    p.assign_outbound_aliases = true;
+    // QoS 0, topic "abcd", 10-byte payload: 19 bytes without an alias, 22 with a new one.
+    p.client_maximum_packet_size = 19;
+    session.attach(p);
+    session.enqueue(message_with("abcd", &[7; 10], QoS::AtMostOnce, None));
+    let mut out = OutBuf::new();
+    let report = session.poll_transmit(now, &mut out);
+    assert_eq!((report.published, report.too_large), (1, 0));
+    let mut bytes = BytesMut::from(&out.take_all()[..]);
+    assert_eq!(bytes.len(), 19);
+    match decode(&mut bytes, ProtocolVersion::V5, u32::MAX).expect("valid") {
+        Some(Packet::Publish(publish)) => {
+            assert_eq!(&publish.topic[..], "abcd");
+            assert_eq!(publish.properties.topic_alias, None);
+        }
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+}
+
+/// Fuzz finding 3 (`known3-*`): a message given up while resending after a re-attach (too
+/// large for the new connection's Maximum Packet Size) is counted.
+#[test]
+fn fuzz_3_resend_dropped_as_too_large_is_counted() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    session.attach(params(ProtocolVersion::V5, 10));
+    session.enqueue(message_with("t", &[1; 100], QoS::AtLeastOnce, None));
+    assert_eq!(
+        publish_ids(&drain(&mut session, ProtocolVersion::V5, now)).len(),
+        1
+    );
+    session.detach();
+    let mut small = params(ProtocolVersion::V5, 10);
+    small.client_maximum_packet_size = 20;
+    session.attach(small);
+    let mut out = OutBuf::new();
+    let report = session.poll_transmit(now, &mut out);
+    assert_eq!((report.published, report.too_large), (0, 1));
+    assert_eq!(session.inflight_len(), 0);
+}
+
+/// Fuzz finding 4 (`known4-*`): a QoS 1/2 message sent but not acknowledged is sent again
+/// (DUP) after a re-attach even if it expired meanwhile: its delivery had started
+/// [MQTT-3.3.2-5] [MQTT-4.4.0-1].
+#[test]
+fn fuzz_4_started_delivery_is_resent_even_after_expiry() {
+    let now = Instant::now();
+    for qos in [QoS::AtLeastOnce, QoS::ExactlyOnce] {
+        let mut session = Session::new(SessionLimits::default());
+        session.attach(params(ProtocolVersion::V5, 10));
+        let expires = now + std::time::Duration::from_secs(1);
+        session.enqueue(message_with("t", b"x", qos, Some(expires)));
+        let first = publish_ids(&drain(&mut session, ProtocolVersion::V5, now));
+        assert_eq!(first.len(), 1);
+        session.detach();
+        session.attach(params(ProtocolVersion::V5, 10));
+        let later = now + std::time::Duration::from_secs(5);
+        let mut out = OutBuf::new();
+        let report = session.poll_transmit(later, &mut out);
+        assert_eq!((report.published, report.expired), (1, 0), "{qos:?}");
+        assert_eq!(
+            session.inflight_len(),
+            1,
+            "still awaiting its acknowledgement"
+        );
+    }
+}
