@@ -118,3 +118,20 @@ compare() {
         || echo "FAILED: $name" | tee -a "$RESULTS/log.txt" >&2
     stop_brokers
 }
+
+# compare_threads NAME SCENARIO [options...]: Hayate `--threads 1` against Hayate `--threads 2`,
+# side by side, $REPEAT alternating runs, outputs as `compare`.
+compare_threads() {
+    local name="$1"; shift
+    log "$name: $*"
+    start_hayate "$name.t1" --threads 1
+    local p1=$HAYATE_PORT pid1=$HAYATE_PID
+    start_hayate "$name.t2" --threads 2
+    "$HAYATE" bench compare \
+        --target "threads1=127.0.0.1:$p1,pid=$pid1" \
+        --target "threads2=127.0.0.1:$HAYATE_PORT,pid=$HAYATE_PID" \
+        --repeat "$REPEAT" --compare-json "$RESULTS/$name.json" --report "$RESULTS/$name.html" \
+        "$@" --progress 0 2>&1 | tee "$RESULTS/$name.txt" \
+        || echo "FAILED: $name" | tee -a "$RESULTS/log.txt" >&2
+    stop_brokers
+}

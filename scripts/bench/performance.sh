@@ -108,23 +108,9 @@ p11() {
         --rate-schedule "60@$((3 * r)),30@$((r / 2))" --recovery-p99-ms 50
 }
 # P12: `--threads 1` against `--threads 2`, both Hayate.
-p12_one() { # name scenario-args...
-    local name="$1"; shift
-    log "$name: $*"
-    start_hayate "$name.t1" --threads 1
-    local p1=$HAYATE_PORT pid1=$HAYATE_PID
-    start_hayate "$name.t2" --threads 2
-    "$HAYATE" bench compare \
-        --target "threads1=127.0.0.1:$p1,pid=$pid1" \
-        --target "threads2=127.0.0.1:$HAYATE_PORT,pid=$HAYATE_PID" \
-        --repeat "$REPEAT" --compare-json "$RESULTS/$name.json" --report "$RESULTS/$name.html" \
-        "$@" --progress 0 2>&1 | tee "$RESULTS/$name.txt" \
-        || echo "FAILED: $name" | tee -a "$RESULTS/log.txt" >&2
-    stop_brokers
-}
 p12() {
-    p12_one p12-threads-q0-c1k fan-in -c 1000 -w 100 -n 1000000 -q 0
-    p12_one p12-threads-q1-c1k fan-in -c 1000 -w 100 -n 500000 -q 1
+    compare_threads p12-threads-q0-c1k fan-in -c 1000 -w 100 -n 1000000 -q 0
+    compare_threads p12-threads-q1-c1k fan-in -c 1000 -w 100 -n 500000 -q 1
 }
 
 sections=("$@")
