@@ -135,3 +135,26 @@ compare_threads() {
         || echo "FAILED: $name" | tee -a "$RESULTS/log.txt" >&2
     stop_brokers
 }
+
+# compare_conn_rounds NAME CONNECTIONS: idle connections held 5 s, Hayate against Mosquitto,
+# $REPEAT rounds on fresh brokers each (an allocator keeps the memory of a previous run, so RSS
+# growth per connection means something only on a broker that has not held connections
+# before), alternating which goes first; the rounds are merged into NAME.json.
+compare_conn_rounds() {
+    local name="$1" connections="$2" round targets
+    for round in $(seq "$REPEAT"); do
+        log "$name round $round"
+        start_hayate "$name-r$round"
+        start_mosquitto "$name-r$round"
+        targets=(--target "hayate=127.0.0.1:$HAYATE_PORT,pid=$HAYATE_PID"
+            --target "mosquitto=127.0.0.1:$MOSQ_PORT,pid=$MOSQ_PID")
+        if [ $((round % 2)) = 0 ]; then targets=("${targets[2]}" "${targets[3]}" "${targets[0]}" "${targets[1]}"); fi
+        "$HAYATE" bench compare "${targets[@]}" --repeat 1 \
+            --compare-json "$RESULTS/$name-r$round.json" --report "$RESULTS/$name-r$round.html" \
+            conn -c "$connections" --hold 5 --progress 0 2>&1 | tee "$RESULTS/$name-r$round.txt" \
+            || echo "FAILED: $name round $round" | tee -a "$RESULTS/log.txt" >&2
+        stop_brokers
+    done
+    # one comparison holding every round (targets in the order of round 1: hayate first)
+    jq -s '.[0] + {repeat: length, runs: [.[].runs[]]}' "$RESULTS/$name"-r*.json >"$RESULTS/$name.json"
+}

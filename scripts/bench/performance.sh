@@ -37,23 +37,7 @@ p5() {
 }
 # P6 / P7: 18,000 idle connections held 5 s; RSS growth per connection and connect rate. Fresh
 # brokers each round (an allocator keeps memory from earlier runs).
-p6() {
-    local round targets
-    for round in $(seq "$REPEAT"); do
-        log "p6-conn-18k round $round"
-        start_hayate "p6-conn-18k-r$round"
-        start_mosquitto "p6-conn-18k-r$round"
-        targets=(--target "hayate=127.0.0.1:$HAYATE_PORT,pid=$HAYATE_PID"
-            --target "mosquitto=127.0.0.1:$MOSQ_PORT,pid=$MOSQ_PID")
-        if [ $((round % 2)) = 0 ]; then targets=("${targets[2]}" "${targets[3]}" "${targets[0]}" "${targets[1]}"); fi
-        "$HAYATE" bench compare "${targets[@]}" --repeat 1 \
-            --compare-json "$RESULTS/p6-conn-18k-r$round.json" --report "$RESULTS/p6-conn-18k-r$round.html" \
-            conn -c 18000 --hold 5 --progress 0 2>&1 | tee "$RESULTS/p6-conn-18k-r$round.txt" \
-            || echo "FAILED: p6 round $round" | tee -a "$RESULTS/log.txt" >&2
-        stop_brokers
-    done
-    jq -s '.[0] + {repeat: length, runs: [.[].runs[]]}' "$RESULTS"/p6-conn-18k-r*.json >"$RESULTS/p6-conn-18k.json"
-}
+p6() { compare_conn_rounds p6-conn-18k 18000; }
 # P7: out of file descriptors. Hayate under `ulimit -n 256` is offered 1,000 connections: it
 # must refuse the excess without spinning (CPU stays low), log once per interval, and serve
 # new clients again once connections close.

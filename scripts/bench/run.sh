@@ -116,24 +116,7 @@ drops() {
 # brokers for every round: an allocator keeps the memory of a previous run, so the RSS growth
 # per connection is only meaningful on a broker that has not held the connections before.
 # The rounds are merged into conn-10k.json (each round also has its own JSON and HTML).
-conn() {
-    local round targets
-    for round in $(seq "$REPEAT"); do
-        log "conn-10k round $round"
-        start_hayate "conn-10k-r$round"
-        start_mosquitto "conn-10k-r$round"
-        targets=(--target "hayate=127.0.0.1:$HAYATE_PORT,pid=$HAYATE_PID"
-            --target "mosquitto=127.0.0.1:$MOSQ_PORT,pid=$MOSQ_PID")
-        if [ $((round % 2)) = 0 ]; then targets=("${targets[2]}" "${targets[3]}" "${targets[0]}" "${targets[1]}"); fi
-        "$HAYATE" bench compare "${targets[@]}" --repeat 1 \
-            --compare-json "$RESULTS/conn-10k-r$round.json" --report "$RESULTS/conn-10k-r$round.html" \
-            conn -c 10000 --hold 5 --progress 0 2>&1 | tee "$RESULTS/conn-10k-r$round.txt" \
-            || echo "FAILED: conn-10k round $round" | tee -a "$RESULTS/log.txt" >&2
-        stop_brokers
-    done
-    # one comparison holding every round (targets in the order of round 1: hayate first)
-    jq -s '.[0] + {repeat: length, runs: [.[].runs[]]}' "$RESULTS"/conn-10k-r*.json >"$RESULTS/conn-10k.json"
-}
+conn() { compare_conn_rounds conn-10k 10000; }
 
 # Load generators compared: the same S1 run (1000 connections, 100 workers, 200k QoS 0
 # messages) against Mosquitto from tools/paho-fanin (Go, Eclipse Paho) and from
