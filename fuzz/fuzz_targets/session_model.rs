@@ -596,7 +596,7 @@ impl World {
                         published += 1;
                     } else {
                         // Given up on: it must have expired or be too large for the client.
-                        let outcome = justify_drop(m, &item, now_ms, version, max_packet);
+                        let outcome = justify_drop(m, &item, now_ms, version, max_packet, true);
                         // Known finding 4: a message already sent is dropped on resend when
                         // it has expired since, against [MQTT-4.4.0-1]; for QoS 2 its packet
                         // id is then reused while the client may still hold it.
@@ -682,7 +682,7 @@ impl World {
                         }
                     }
                 } else {
-                    let outcome = justify_drop(m, &item, now_ms, version, max_packet);
+                    let outcome = justify_drop(m, &item, now_ms, version, max_packet, false);
                     assert_eq!(outcome, Outcome::TooLarge);
                     too_large += 1;
                     ended.push((item.did, outcome));
@@ -1151,17 +1151,19 @@ fn check_publish(m: &mut Model, p: &Publish, item: &Item, now_ms: u64, dup: bool
     }
 }
 
-/// Why `item` may be left out of the output: it expired, or even its smallest encoding (full
-/// topic and no alias, or the empty topic and an alias the session already uses for it) is
-/// larger than the client's Maximum Packet Size.
+/// Why `item` may be left out of the output: it expired (only before it was first sent, once
+/// finding 4 is fixed: a `resend` must go out even after expiry), or even its smallest encoding
+/// (full topic and no alias, or the empty topic and an alias the session already uses for it)
+/// is larger than the client's Maximum Packet Size.
 fn justify_drop(
     m: &Model,
     item: &Item,
     now_ms: u64,
     version: ProtocolVersion,
     max_packet: usize,
+    resend: bool,
 ) -> Outcome {
-    if item.expired(now_ms) {
+    if item.expired(now_ms) && !(resend && strict(4)) {
         return Outcome::Expired;
     }
     let d = &item.delivery;
@@ -1169,9 +1171,10 @@ fn justify_drop(
     if version.is_v5() {
         properties = d.message.properties.clone();
         properties.subscription_identifiers = d.subscription_ids.clone();
-        properties.message_expiry_interval = item
-            .expires_ms
-            .map(|at_ms| u32::try_from((at_ms - now_ms).div_ceil(1000)).expect("small"));
+        properties.message_expiry_interval = item.expires_ms.map(|at_ms| {
+            // A resend after expiry goes out with 0 seconds left (finding 4).
+            u32::try_from(at_ms.saturating_sub(now_ms).div_ceil(1000)).expect("small")
+        });
     }
     let topic: &str = &d.message.topic;
     let size = |topic: &str, properties: Properties| {
