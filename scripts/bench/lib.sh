@@ -101,6 +101,21 @@ start_mosquitto() {
     wait_port "$MOSQ_PORT"
 }
 
+# start_flashmq NAME [LOG_LEVEL]: FlashMQ ($FLASHMQ, default /opt/flashmq/flashmq, built by
+# scripts/bench/flashmq.sh build) with the configuration of `flashmq.sh config` on a free port,
+# plus `log_level LOG_LEVEL` if given. Sets FLASHMQ_PORT and FLASHMQ_PID.
+start_flashmq() {
+    local name="$1" level="${2:-}" conf
+    local bin="${FLASHMQ:-/opt/flashmq/flashmq}"
+    [ -x "$bin" ] || { echo "no flashmq at $bin (scripts/bench/flashmq.sh build SRC_DIR)" >&2; return 1; }
+    FLASHMQ_PORT=$(free_port)
+    conf=$("$BENCH_ROOT/scripts/bench/flashmq.sh" config "$FLASHMQ_PORT" "$RESULTS/$name.flashmq" ${level:+"$level"})
+    "$bin" -c "$conf" >"$RESULTS/$name.flashmq/stdout.log" 2>&1 &
+    FLASHMQ_PID=$!
+    BROKER_PIDS+=("$FLASHMQ_PID")
+    wait_port "$FLASHMQ_PORT"
+}
+
 # compare NAME SCENARIO [scenario options...]: fresh Hayate and Mosquitto, then
 # `hayate bench compare` (alternating targets, $REPEAT runs each) with JSON, HTML and the
 # printed tables saved as $RESULTS/NAME.{json,html,txt}. The brokers are stopped afterwards,

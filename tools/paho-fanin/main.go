@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +28,26 @@ func cpuSeconds() float64 {
 	return float64(usage.Utime.Sec+usage.Stime.Sec) + float64(usage.Utime.Usec+usage.Stime.Usec)/1e6
 }
 
+// procCPUSeconds is the user+system CPU time of another process, from /proc/PID/stat (fields
+// 14 and 15, in USER_HZ ticks: 100 per second on Linux); -1 if it cannot be read.
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return (utime + stime) / 100
+}
+
 func main() {
 	broker := flag.String("broker", "tcp://127.0.0.1:1883", "broker URL")
 	conns := flag.Int("c", 1000, "publisher connections")
@@ -36,6 +58,8 @@ func main() {
 	size := flag.Int("s", 24, "payload bytes (at least 8: a sequence number)")
 	window := flag.Int("window", 100000, "senders may run at most this many messages ahead of the receiver")
 	prefix := flag.String("prefix", "pf", "topic prefix")
+	wait := flag.Bool("wait", false, "wait for each QoS 0 publish too (until written to the socket), as the write-ups' publishers do; QoS 1 and 2 always wait for the ack")
+	brokerPid := flag.Int("broker-pid", 0, "also print this process's CPU time over the publishing phase (connections excluded)")
 	flag.Parse()
 	if *size < 8 {
 		*size = 8
@@ -80,6 +104,7 @@ func main() {
 	connectSecs := time.Since(connectStart).Seconds()
 
 	cpuStart := cpuSeconds()
+	brokerStart := procCPUSeconds(*brokerPid)
 	start := time.Now()
 	var sent atomic.Int64
 	perWorker := *total / *workers
@@ -103,7 +128,7 @@ func main() {
 				}
 				binary.BigEndian.PutUint64(payload, uint64(sent.Add(1)))
 				t := c.Publish(fmt.Sprintf("%s/%06d", *prefix, idx), byte(*qos), false, payload)
-				if *qos > 0 {
+				if *qos > 0 || *wait {
 					t.Wait()
 				}
 			}
@@ -117,11 +142,15 @@ func main() {
 	}
 	recvSecs := time.Since(start).Seconds()
 	cpu := cpuSeconds() - cpuStart
+	brokerEnd := procCPUSeconds(*brokerPid)
 	got := received.Load()
 	fmt.Printf("connections %d (%d failed) in %.2f s: %.0f conn/s\n", *conns, failed.Load(), connectSecs, float64(*conns)/connectSecs)
 	fmt.Printf("sent %d in %.2f s: %.0f msg/s\n", sent.Load(), sendSecs, float64(sent.Load())/sendSecs)
 	fmt.Printf("received %d in %.2f s: %.0f msg/s, success %.2f%%\n", got, recvSecs, float64(got)/recvSecs, 100*float64(got)/float64(*total))
 	fmt.Printf("client cpu %.2f s (%.0f%% of one core)\n", cpu, 100*cpu/recvSecs)
+	if *brokerPid > 0 && brokerStart >= 0 && brokerEnd >= 0 {
+		fmt.Printf("broker cpu %.2f s (%.0f%% of one core)\n", brokerEnd-brokerStart, 100*(brokerEnd-brokerStart)/recvSecs)
+	}
 	for _, c := range clients {
 		if c != nil {
 			c.Disconnect(0)
