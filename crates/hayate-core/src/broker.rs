@@ -63,14 +63,19 @@ impl Broker {
 
     /// Accepts an application message: stores it as retained if flagged, then routes it to
     /// matching subscribers. Sessions to wake are added to `wake`.
-    pub fn publish(&self, message: Arc<Message>, wake: &mut WakeList) -> RouteOutcome {
+    pub fn publish(
+        &self,
+        message: Arc<Message>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> RouteOutcome {
         if message.retain && self.config.retain_available {
             let stored = self.router.retain(&message);
             self.stats
                 .retained
                 .store(stored as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        let outcome = self.router.route(&message, self.reader(), wake);
+        let outcome = self.router.route(&message, self.reader(), now, wake);
         Stats::add(&self.stats.publish_dropped, outcome.dropped as u64);
         Stats::add(&self.stats.denied_delivery, outcome.denied as u64);
         outcome
@@ -83,7 +88,7 @@ impl Broker {
     }
 
     /// Publishes a broker-made message (e.g. `$SYS`) and wakes its receivers.
-    pub fn publish_internal(&self, topic: &str, payload: bytes::Bytes, retain: bool) {
+    pub fn publish_internal(&self, topic: &str, payload: bytes::Bytes, retain: bool, now: Instant) {
         let message = Message::new(
             topic.into(),
             payload,
@@ -94,7 +99,7 @@ impl Broker {
             None,
         );
         let mut wake = WakeList::new();
-        self.publish(Arc::new(message), &mut wake);
+        self.publish(Arc::new(message), now, &mut wake);
         wake.iter().for_each(|doorbell| doorbell.notify_one());
     }
 
@@ -126,9 +131,10 @@ impl Broker {
             properties,
             expires_at,
             Some(will.publisher),
-        );
+        )
+        .with_publisher_key(hayate_session::publisher_key(&will.client.client_id));
         tracing::debug!(client_id = %cell.client_id, topic = %will.will.topic, "will_published");
-        self.publish(Arc::new(message), wake);
+        self.publish(Arc::new(message), now, wake);
     }
 
     /// Ends a session for good: removes its subscriptions and registry entry, publishes a will
@@ -141,7 +147,8 @@ impl Broker {
             }
             state.ended = true;
             state.epoch += 1;
-            self.router.clear_congested(cell);
+            let hint = state.congestion.reset();
+            self.router.apply_hint(cell, hint);
             let filters: Vec<Box<str>> = state.subscriptions.drain().map(|(f, _)| f).collect();
             let shared = state.session.take_shared_deliveries();
             state.session.clear();
@@ -156,7 +163,7 @@ impl Broker {
             }
         }
         self.router
-            .redistribute_shared(cell.id, shared, self.reader(), wake);
+            .redistribute_shared(cell.id, shared, self.reader(), now, wake);
         self.registry.remove_if_current(cell);
         if let Some(will) = will {
             self.publish_will(cell, will, now, wake);
@@ -176,6 +183,8 @@ impl Broker {
         let (expiry, will_now, shared) = {
             let mut state = cell.state.lock();
             state.session.detach();
+            let hint = state.congestion.reset();
+            self.router.apply_hint(cell, hint);
             state.owner = 0;
             state.epoch += 1;
             if !publish_will {
@@ -215,7 +224,7 @@ impl Broker {
             (expiry, will_now, state.session.take_shared_deliveries())
         };
         self.router
-            .redistribute_shared(cell.id, shared, self.reader(), wake);
+            .redistribute_shared(cell.id, shared, self.reader(), now, wake);
         if let Some(will) = will_now {
             self.publish_will(cell, will, now, wake);
         }

@@ -8,10 +8,13 @@
 
 mod auth;
 mod connect;
+mod gate;
 mod publish;
 mod subscribe;
 
 use crate::broker::Broker;
+use crate::close::{Close, CloseReason};
+use crate::flow::{InboundLimit, Waiting};
 use crate::hooks::{ClientInfo, ListenerInfo};
 use crate::registry::{SessionCell, SessionState};
 use crate::router::WakeList;
@@ -20,11 +23,11 @@ use auth::AuthState;
 use hayate_codec::{encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode};
 use hayate_session::OutBuf;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
+
+pub use gate::ReadGate;
 
 /// Facts about the network connection, from the transport.
 #[derive(Debug, Clone, Default)]
@@ -39,16 +42,6 @@ pub struct ConnectionInfo {
     /// An identity the transport proved: the CN (or first SAN) of a verified client
     /// certificate, or the TLS-PSK identity. `None` on plain TCP and WebSocket.
     pub transport_identity: Option<Arc<str>>,
-}
-
-/// The connection must close. For server-initiated closes of v5 connections a DISCONNECT with
-/// `reason` has already been written to the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Close {
-    /// Why, as a v5 reason code (0 for a normal client DISCONNECT).
-    pub reason: ReasonCode,
-    /// Stable snake_case phrase for the log line.
-    pub event: &'static str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,36 +83,32 @@ pub struct Channel {
     doorbell: Arc<Notify>,
     /// The last `poll_transmit` stopped at its byte budget with more to send.
     more_to_send: bool,
-    /// Back-pressure state, allocated the first time this client has to wait (most never do).
-    backpressure: Option<Box<Backpressure>>,
+    /// The input has ended (end of stream): everything left is handled, nothing held back.
+    input_ended: bool,
+    /// Publisher-side back-pressure ([`crate::flow`]): `Some` while this client waits on a
+    /// congested subscriber. Boxed: most connections never wait.
+    gate: Option<Box<Waiting>>,
+    /// The inbound rate limit, when the listener has one.
+    limit: Option<Box<InboundLimit>>,
+    /// Before CONNECT completes: when the connection was opened (the connect timeout runs from
+    /// it). After: when bytes last arrived (the keep-alive clock).
+    last_input: Instant,
 }
-
-/// What a publisher remembers about back-pressure.
-#[derive(Debug, Default)]
-struct Backpressure {
-    /// A congested subscriber this client's messages are waiting on.
-    waiting_on: Option<Wait>,
-    /// Sessions found stalled while congested: not waited on again until they drain below
-    /// their congestion mark, so a stuck subscriber cannot hold this publisher back.
-    stalled: Vec<Arc<SessionCell>>,
-}
-
-/// A congested subscriber session a publisher waits on, and when it last made progress.
-#[derive(Debug)]
-struct Wait {
-    cell: Arc<SessionCell>,
-    transmitted: u64,
-    progress_at: Instant,
-}
-
-/// Stalled sessions remembered per connection (the oldest is forgotten beyond this).
-const MAX_STALLED_REMEMBERED: usize = 16;
 
 impl Channel {
-    /// A channel for a new network connection.
-    pub fn new(broker: Arc<Broker>, info: ConnectionInfo) -> Channel {
+    /// A channel for a new network connection opened at `now`.
+    pub fn new(broker: Arc<Broker>, info: ConnectionInfo, now: Instant) -> Channel {
         Stats::add(&broker.stats.connections_total, 1);
+        let limits = info.listener.limits;
         Channel {
+            limit: InboundLimit::new(
+                limits.max_inbound_bytes_per_sec,
+                limits.max_inbound_messages_per_sec,
+                now,
+            ),
+            last_input: now,
+            input_ended: false,
+            gate: None,
             broker,
             info,
             conn_id: crate::registry::next_id(),
@@ -134,7 +123,6 @@ impl Channel {
             taken_over: false,
             doorbell: Arc::new(Notify::new()),
             more_to_send: false,
-            backpressure: None,
         }
     }
 
@@ -169,8 +157,8 @@ impl Channel {
         self.client.as_ref().map(|c| &*c.client_id)
     }
 
-    /// How long the connection may stay silent: 1.5 × keep alive [MQTT-3.1.2-24]; `None` when
-    /// keep alive is 0.
+    /// How long the connection may stay silent: 1.5 × keep alive (v5 [MQTT-3.1.2-22]); `None`
+    /// when keep alive is 0.
     pub fn keep_alive_timeout(&self) -> Option<Duration> {
         (self.keep_alive > 0).then(|| Duration::from_millis(u64::from(self.keep_alive) * 1500))
     }
@@ -188,16 +176,16 @@ impl Channel {
             Phase::AwaitConnect => match packet {
                 Packet::Connect(connect) => self.handle_connect(*connect, now, out, wake),
                 // [MQTT-3.1.0-1] the first packet must be CONNECT.
-                _ => Err(Close {
-                    reason: ReasonCode::PROTOCOL_ERROR,
-                    event: "first_packet_not_connect",
-                }),
+                _ => Err(Close::new(
+                    ReasonCode::PROTOCOL_ERROR,
+                    CloseReason::FirstPacketNotConnect,
+                )),
             },
             Phase::Authenticating => self.handle_authenticating(packet, now, out, wake),
-            Phase::Closed => Err(Close {
-                reason: ReasonCode::PROTOCOL_ERROR,
-                event: "packet_after_close",
-            }),
+            Phase::Closed => Err(Close::new(
+                ReasonCode::PROTOCOL_ERROR,
+                CloseReason::PacketAfterClose,
+            )),
             Phase::Connected => self.handle_connected(packet, now, out, wake),
         }
     }
@@ -210,7 +198,10 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         match packet {
-            Packet::Publish(publish) => self.handle_publish(publish, now, out, wake),
+            Packet::Publish(publish) => match self.count_publish().hold_if_congested(publish) {
+                Some(publish) => self.handle_publish(publish, now, out, wake),
+                None => Ok(()),
+            },
             Packet::PubAck(ack) => {
                 self.with_session(out, |state, _| state.session.handle_puback(ack.packet_id))?;
                 self.poll_transmit(now, out)
@@ -252,11 +243,15 @@ impl Channel {
             Packet::Disconnect(disconnect) => self.handle_disconnect(disconnect, out),
             Packet::Connect(_) => {
                 // [MQTT-3.1.0-2] a second CONNECT is a protocol violation.
-                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "second_connect", out))
+                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, CloseReason::SecondConnect, out))
             }
             Packet::Auth(auth) => self.handle_reauth(auth, out),
             Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
-                Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "server_packet_from_client", out))
+                Err(self.close_with(
+                    ReasonCode::PROTOCOL_ERROR,
+                    CloseReason::ServerPacketFromClient,
+                    out,
+                ))
             }
         }
     }
@@ -269,7 +264,7 @@ impl Channel {
                     // one that persists.
                     return Err(self.close_with(
                         ReasonCode::PROTOCOL_ERROR,
-                        "disconnect_expiry_raised",
+                        CloseReason::DisconnectExpiryRaised,
                         out,
                     ));
                 }
@@ -280,10 +275,10 @@ impl Channel {
         // [MQTT-3.14.4-3] normal disconnection discards the will; 0x04 asks for it.
         self.will_on_close = disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL;
         self.phase = Phase::Closed;
-        Err(Close {
-            reason: disconnect.reason_code,
-            event: "client_disconnect",
-        })
+        Err(Close::new(
+            disconnect.reason_code,
+            CloseReason::ClientDisconnect,
+        ))
     }
 
     /// Writes messages queued for this client as far as its window allows. The transport calls
@@ -292,22 +287,16 @@ impl Channel {
         if self.phase != Phase::Connected {
             return Ok(());
         }
-        let (report, drained) = self.with_session(out, |state, out| {
+        let broker = self.broker.clone();
+        let report = self.with_session(out, |state, out| {
             let report = state.session.poll_transmit(now, out);
-            let mut drained = false;
-            if state.drained.is_some() && state.session.is_drained() {
-                // Down to the low-water mark: resume the publishers paused on this session.
-                if let Some(signal) = state.drained.take() {
-                    signal.notify_waiters();
-                }
-                drained = true;
-            }
-            (report, drained)
+            // Progress (or drained to the low-water mark) for the publishers paused on us.
+            let hint = state.congestion.after_transmit(&state.session, now);
+            (report, hint)
         })?;
-        if drained {
-            if let Some(cell) = &self.cell {
-                self.broker.router.clear_congested(cell);
-            }
+        let (report, hint) = report;
+        if let Some(cell) = &self.cell {
+            broker.router.apply_hint(cell, hint);
         }
         self.more_to_send = report.more;
         let stats = &self.broker.stats;
@@ -325,121 +314,6 @@ impl Channel {
         self.more_to_send
     }
 
-    /// Back-pressure: true while this client should not be read from because a subscriber its
-    /// messages went to is congested and still draining. The transport keeps writing to the
-    /// client (and handling its doorbell) while paused, and calls this again every few
-    /// milliseconds. Never waits on its own session (it must read its own acknowledgements), on
-    /// offline sessions, or on a subscriber that wrote nothing for
-    /// `broker.backpressure_stall_timeout_ms`: a stalled subscriber holds a publisher back only
-    /// that long, once; then its queue fills and drops instead (counted).
-    pub fn is_backpressured(&mut self, now: Instant) -> bool {
-        let Some(bp) = self.backpressure.as_deref_mut() else {
-            return false;
-        };
-        let Some(wait) = &mut bp.waiting_on else {
-            return false;
-        };
-        let (congested, transmitted) = {
-            let state = wait.cell.state.lock();
-            let session = &state.session;
-            (
-                session.is_attached() && session.is_congested(),
-                session.transmitted(),
-            )
-        };
-        if !congested {
-            bp.waiting_on = None;
-            return false;
-        }
-        if transmitted != wait.transmitted {
-            wait.transmitted = transmitted;
-            wait.progress_at = now;
-            return true;
-        }
-        let stall_timeout = Duration::from_millis(self.broker.config.backpressure_stall_timeout_ms);
-        if now.saturating_duration_since(wait.progress_at) < stall_timeout {
-            return true;
-        }
-        tracing::debug!(client_id = %wait.cell.client_id, "subscriber_stalled");
-        if bp.stalled.len() >= MAX_STALLED_REMEMBERED {
-            bp.stalled.remove(0);
-        }
-        if let Some(wait) = bp.waiting_on.take() {
-            bp.stalled.push(wait.cell);
-        }
-        false
-    }
-
-    /// True while this connection waits on a congested subscriber (it should stop handling
-    /// further PUBLISH packets of the current batch).
-    pub fn is_waiting(&self) -> bool {
-        self.backpressure
-            .as_ref()
-            .is_some_and(|bp| bp.waiting_on.is_some())
-    }
-
-    /// The signal rung when the subscriber this connection waits on drains, if any.
-    ///
-    /// The wait is registered before this returns, under the subscriber's lock: a signal sent
-    /// after it (even before the caller awaits it) is not missed.
-    pub fn backpressure_signal(&self) -> Option<Pin<Box<OwnedNotified>>> {
-        let wait = self.backpressure.as_ref()?.waiting_on.as_ref()?;
-        let mut state = wait.cell.state.lock();
-        let drained = state.drained.get_or_insert_with(Default::default).clone();
-        let mut notified = Box::pin(drained.notified_owned());
-        notified.as_mut().enable();
-        Some(notified)
-    }
-
-    /// Back-pressure before routing: true when `publish` should not be handled yet because a
-    /// session it would reach is congested (and attached, and not found stalled). The caller
-    /// keeps the packet, stops reading, and offers it again once [`Channel::is_backpressured`]
-    /// turns false. Without this, every publisher would still add its next message to the
-    /// congested queue before pausing: with thousands of publishers of large messages that
-    /// alone overflows the queue. Only a `Connected` channel with a topic in the packet defers
-    /// (an alias-only PUBLISH is routed as usual).
-    pub fn must_defer(&mut self, publish: &hayate_codec::Publish, now: Instant) -> bool {
-        if self.phase != Phase::Connected || publish.topic.is_empty() || self.is_waiting() {
-            return false;
-        }
-        let own = self.cell.as_ref().map(|cell| cell.id);
-        let Some(cell) = self.broker.router.congested_target(&publish.topic, own) else {
-            return false;
-        };
-        let congested = {
-            let state = cell.state.lock();
-            state.session.is_attached() && state.session.is_congested()
-        };
-        if !congested {
-            return false;
-        }
-        self.wait_on(cell, now);
-        self.is_waiting()
-    }
-
-    /// Starts waiting on a congested subscriber after a publish, unless it is this client's
-    /// own session or one found stalled that has not drained since.
-    fn wait_on(&mut self, cell: Arc<SessionCell>, now: Instant) {
-        let disabled = self.broker.config.backpressure_stall_timeout_ms == 0;
-        if disabled || self.is_waiting() || self.cell.as_ref().is_some_and(|own| own.id == cell.id)
-        {
-            return;
-        }
-        let bp = self.backpressure.get_or_insert_with(Default::default);
-        if let Some(index) = bp.stalled.iter().position(|s| s.id == cell.id) {
-            if cell.state.lock().session.is_congested() {
-                return;
-            }
-            bp.stalled.swap_remove(index);
-        }
-        let transmitted = cell.state.lock().session.transmitted();
-        bp.waiting_on = Some(Wait {
-            cell,
-            transmitted,
-            progress_at: now,
-        });
-    }
-
     /// True when the session has output that `poll_transmit` would write now.
     pub fn wants_transmit(&self) -> bool {
         self.cell.as_ref().is_some_and(|cell| {
@@ -451,21 +325,16 @@ impl Channel {
     /// The server closes the connection (keep alive timeout, malformed packet, shutdown...):
     /// writes DISCONNECT with `reason` to v5 clients that completed CONNECT, and marks the
     /// connection for the will to be published.
-    pub fn close_with(
-        &mut self,
-        reason: ReasonCode,
-        event: &'static str,
-        out: &mut OutBuf,
-    ) -> Close {
+    pub fn close_with(&mut self, code: ReasonCode, reason: CloseReason, out: &mut OutBuf) -> Close {
         if self.phase == Phase::Connected && self.version.is_v5() {
             let disconnect = Disconnect {
-                reason_code: reason,
+                reason_code: code,
                 properties: Properties::default(),
             };
             self.write(&Packet::Disconnect(disconnect), out);
         }
         self.phase = Phase::Closed;
-        Close { reason, event }
+        Close::new(code, reason)
     }
 
     /// A packet could not be decoded. Before CONNECT completed an unknown protocol level is
@@ -484,12 +353,9 @@ impl Channel {
                 ]);
             }
             self.phase = Phase::Closed;
-            return Close {
-                reason: error.reason_code(),
-                event: "malformed_packet",
-            };
+            return Close::new(error.reason_code(), CloseReason::MalformedPacket);
         }
-        self.close_with(error.reason_code(), "malformed_packet", out)
+        self.close_with(error.reason_code(), CloseReason::MalformedPacket, out)
     }
 
     /// The connection has ended (any reason). Publishes the will when due, and ends or parks
@@ -516,17 +382,21 @@ impl Channel {
         f: impl FnOnce(&mut SessionState, &mut OutBuf) -> R,
     ) -> Result<R, Close> {
         let Some(cell) = self.cell.clone() else {
-            return Err(Close {
-                reason: ReasonCode::PROTOCOL_ERROR,
-                event: "no_session",
-            });
+            return Err(Close::new(
+                ReasonCode::PROTOCOL_ERROR,
+                CloseReason::NoSession,
+            ));
         };
         let mut state = cell.state.lock();
         if state.owner != self.conn_id {
             drop(state);
             self.cell = None;
             self.taken_over = true;
-            return Err(self.close_with(ReasonCode::SESSION_TAKEN_OVER, "session_taken_over", out));
+            return Err(self.close_with(
+                ReasonCode::SESSION_TAKEN_OVER,
+                CloseReason::SessionTakenOver,
+                out,
+            ));
         }
         Ok(f(&mut state, out))
     }

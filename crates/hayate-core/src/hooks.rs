@@ -13,6 +13,7 @@ use serde::Deserialize;
 use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Who is asking.
 #[derive(Debug, Clone)]
@@ -42,6 +43,29 @@ pub struct ListenerInfo {
     pub allow_anonymous: Option<bool>,
     /// Use the transport identity (client certificate or PSK identity) as the user name.
     pub identity_as_username: bool,
+    /// Time and rate limits of each connection on this listener.
+    pub limits: ConnectionLimits,
+}
+
+/// Time and rate limits that apply to each connection (from the server configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// How long a new connection may take to complete CONNECT (and enhanced authentication).
+    pub connect_timeout: Duration,
+    /// Inbound bytes per second per client, enforced by pausing reads (0: none).
+    pub max_inbound_bytes_per_sec: u64,
+    /// Inbound PUBLISH packets per second per client, enforced by pausing reads (0: none).
+    pub max_inbound_messages_per_sec: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            connect_timeout: Duration::from_secs(10),
+            max_inbound_bytes_per_sec: 0,
+            max_inbound_messages_per_sec: 0,
+        }
+    }
 }
 
 /// What a successful authentication established about the client.

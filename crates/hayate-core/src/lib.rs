@@ -13,7 +13,9 @@
 
 pub mod broker;
 pub mod channel;
+pub mod close;
 pub mod config;
+pub mod flow;
 pub mod hooks;
 pub mod registry;
 pub mod router;
@@ -21,11 +23,13 @@ pub mod stats;
 mod timers;
 
 pub use broker::Broker;
-pub use channel::{Channel, Close, ConnectionInfo};
+pub use channel::{Channel, ConnectionInfo, ReadGate};
+pub use close::{Close, CloseReason};
 pub use config::{BrokerConfig, SharedStrategy};
 pub use hayate_session::{Delivery, Message, OutBuf};
 pub use hooks::{
-    AuthHook, AuthStep, Authenticated, ClientInfo, EnhancedAuth, ListenerInfo, StaticPolicy,
+    AuthHook, AuthStep, Authenticated, ClientInfo, ConnectionLimits, EnhancedAuth, ListenerInfo,
+    StaticPolicy,
 };
 pub use registry::SessionCell;
 pub use router::WakeList;

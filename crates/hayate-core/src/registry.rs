@@ -5,6 +5,7 @@
 //! Lock order: the registry map, then a session's state. A session's state is never held
 //! while taking the router's index locks (see `docs/ARCHITECTURE.md`, "Locks").
 
+use crate::flow::Congestion;
 use crate::hooks::ClientInfo;
 use hayate_codec::{QoS, SubscriptionOptions, Will};
 use hayate_session::Session;
@@ -61,9 +62,8 @@ pub struct SessionState {
     /// another connection takes the session over. Each connection brings its own, so a
     /// takeover wakes exactly the connection being replaced.
     pub doorbell: Option<Arc<Notify>>,
-    /// Rung (`notify_waiters`) when the session drains below its congestion mark, to resume
-    /// the publishers paused on it. Made the first time the session becomes congested.
-    pub drained: Option<Arc<Notify>>,
+    /// Back-pressure state of this session as a subscriber (see [`crate::flow`]).
+    pub congestion: Congestion,
     /// The client attached, or the last one while the session is offline: deliveries are
     /// authorised against it (`AuthHook::authorize_read`).
     pub client: Option<Arc<ClientInfo>>,
@@ -135,9 +135,9 @@ pub struct SessionCell {
     pub client_id: Arc<str>,
     /// The state.
     pub state: Mutex<SessionState>,
-    /// Set (by the router) when a publish leaves this session congested, cleared when it has
-    /// drained to its low-water mark: a lock-free hint for publishers deciding whether to hold
-    /// a PUBLISH back before routing it (the lock is taken to confirm).
+    /// Set exactly while `state.congestion` is `Congested` (by [`crate::router::Router::apply_hint`]):
+    /// a lock-free hint for publishers deciding whether to hold a PUBLISH back before routing it
+    /// (the lock is taken to confirm).
     pub congested: AtomicBool,
 }
 
@@ -159,7 +159,7 @@ pub struct Registry {
 pub struct Opened {
     /// The session the connection now owns.
     pub cell: Arc<SessionCell>,
-    /// A session was resumed (CONNACK Session Present) [MQTT-3.2.2-2].
+    /// A session was resumed (CONNACK Session Present) [MQTT-3.2.2-3].
     pub session_present: bool,
     /// The previous session under this client id, when it was replaced (clean start) and must
     /// now be ended by the caller (subscriptions removed, will published).
@@ -199,7 +199,7 @@ impl Registry {
                 will_due: None,
                 ended: false,
                 doorbell: None,
-                drained: None,
+                congestion: Congestion::Clear,
                 client: None,
             }),
         });

@@ -8,6 +8,7 @@
 //! No session lock is held while the index lock is taken.
 
 use crate::config::SharedStrategy;
+use crate::flow::Hint;
 use crate::hooks::AuthHook;
 use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
 use hayate_codec::{QoS, SubscriptionOptions};
@@ -50,8 +51,8 @@ pub struct RouteOutcome {
     pub dropped: usize,
     /// Sessions that matched but may not read the topic (`AuthHook::authorize_read`).
     pub denied: usize,
-    /// A session with a connection attached whose queue is now congested
-    /// (`Session::is_congested`): the publisher should pause reading while it drains.
+    /// A session the message was queued for that is now `Congested`
+    /// ([`crate::flow::Congestion`]): the publisher should pause reading while it drains.
     pub congested: Option<Arc<SessionCell>>,
 }
 
@@ -62,8 +63,8 @@ pub struct Router {
     shared: RwLock<SubscriptionIndex<Arc<str>, Arc<SharedGroup>>>,
     retained: RwLock<RetainedTree<Arc<Message>>>,
     strategy: SharedStrategy,
-    /// Sessions with their `congested` flag set; while zero, publishers skip the pre-routing
-    /// congestion check entirely.
+    /// Sessions with their `congested` hint set (in the `Congested` state); while zero,
+    /// publishers skip the pre-routing congestion check entirely.
     congested_sessions: AtomicUsize,
 }
 
@@ -166,11 +167,27 @@ impl Router {
         found
     }
 
-    /// Clears a session's congested flag (it drained, or it ended).
-    pub fn clear_congested(&self, cell: &SessionCell) {
-        if cell.congested.swap(false, Ordering::Relaxed) {
-            self.congested_sessions.fetch_sub(1, Ordering::Relaxed);
+    /// Applies a congestion transition to the session's lock-free hint and the count of
+    /// congested sessions. Call with the session's lock held, right after the transition.
+    pub fn apply_hint(&self, cell: &SessionCell, hint: Hint) {
+        match hint {
+            Hint::Keep => {}
+            Hint::Set => {
+                if !cell.congested.swap(true, Ordering::Relaxed) {
+                    self.congested_sessions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Hint::Clear => {
+                if cell.congested.swap(false, Ordering::Relaxed) {
+                    self.congested_sessions.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
         }
+    }
+
+    /// Sessions in the `Congested` state (for tests and metrics).
+    pub fn congested_count(&self) -> usize {
+        self.congested_sessions.load(Ordering::Relaxed)
     }
 
     /// Number of (filter, session) subscriptions, shared members not included.
@@ -190,6 +207,7 @@ impl Router {
         &self,
         message: &Arc<Message>,
         reader: Option<&dyn AuthHook>,
+        now: Instant,
         wake: &mut WakeList,
     ) -> RouteOutcome {
         let mut targets: Vec<Target> = Vec::new();
@@ -216,29 +234,24 @@ impl Router {
                 subscription_ids: target.subscription_ids,
                 shared_group: None,
             };
-            enqueue(
-                &target.cell,
-                delivery,
-                reader,
-                wake,
-                &mut outcome,
-                &self.congested_sessions,
-            );
+            self.enqueue(&target.cell, delivery, reader, now, wake, &mut outcome);
         }
         for group in groups {
-            self.deliver_to_group(&group, message, None, reader, wake, &mut outcome);
+            self.deliver_to_group(&group, message, None, reader, now, wake, &mut outcome);
         }
         outcome
     }
 
     /// Hands a message to one member of a shared group, skipping `exclude` (a member that went
     /// away) and members that may not read the topic, and preferring members that are online.
+    #[allow(clippy::too_many_arguments)]
     fn deliver_to_group(
         &self,
         group: &SharedGroup,
         message: &Arc<Message>,
         exclude: Option<u64>,
         reader: Option<&dyn AuthHook>,
+        now: Instant,
         wake: &mut WakeList,
         outcome: &mut RouteOutcome,
     ) {
@@ -254,11 +267,7 @@ impl Router {
             let start = match self.strategy {
                 SharedStrategy::RoundRobin => group.cursor.fetch_add(1, Ordering::Relaxed),
                 SharedStrategy::Random => rand::random::<u32>() as usize,
-                SharedStrategy::HashClientId => message
-                    .publisher
-                    .unwrap_or(0)
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    as usize,
+                SharedStrategy::HashClientId => message.publisher_key as usize,
             };
             let n = candidates.len();
             // First online member from the strategy's pick onwards; else the first offline
@@ -292,14 +301,7 @@ impl Router {
             shared_group: Some(group.key.clone()),
         };
         // Already checked: the group member was chosen among those that may read.
-        enqueue(
-            &chosen.cell,
-            delivery,
-            None,
-            wake,
-            outcome,
-            &self.congested_sessions,
-        );
+        self.enqueue(&chosen.cell, delivery, None, now, wake, outcome);
     }
 
     /// Gives deliveries that a departing member of shared groups had not completed to other
@@ -309,6 +311,7 @@ impl Router {
         from: u64,
         deliveries: Vec<hayate_session::Delivery>,
         reader: Option<&dyn AuthHook>,
+        now: Instant,
         wake: &mut WakeList,
     ) -> RouteOutcome {
         let mut outcome = RouteOutcome::default();
@@ -327,6 +330,7 @@ impl Router {
                     &delivery.message,
                     Some(from),
                     reader,
+                    now,
                     wake,
                     &mut outcome,
                 );
@@ -423,47 +427,47 @@ fn may_read(reader: Option<&dyn AuthHook>, state: &SessionState, message: &Messa
     }
 }
 
-fn enqueue(
-    cell: &Arc<SessionCell>,
-    delivery: Delivery,
-    reader: Option<&dyn AuthHook>,
-    wake: &mut WakeList,
-    outcome: &mut RouteOutcome,
-    congested_sessions: &AtomicUsize,
-) {
-    let mut state = cell.state.lock();
-    if !may_read(reader, &state, &delivery.message) {
-        outcome.denied += 1;
-        tracing::debug!(client_id = %cell.client_id, topic = %delivery.message.topic, "delivery_denied");
-        return;
-    }
-    match state.session.enqueue(delivery) {
-        EnqueueOutcome::Queued { wake: needs_wake } => {
-            outcome.delivered += 1;
-            if outcome.congested.is_none()
-                && state.session.is_attached()
-                && state.session.is_congested()
-            {
-                state.drained.get_or_insert_with(Default::default);
-                if !cell.congested.swap(true, Ordering::Relaxed) {
-                    congested_sessions.fetch_add(1, Ordering::Relaxed);
+impl Router {
+    /// Queues one delivery for a session and applies the congestion transition it causes.
+    fn enqueue(
+        &self,
+        cell: &Arc<SessionCell>,
+        delivery: Delivery,
+        reader: Option<&dyn AuthHook>,
+        now: Instant,
+        wake: &mut WakeList,
+        outcome: &mut RouteOutcome,
+    ) {
+        let mut state = cell.state.lock();
+        if !may_read(reader, &state, &delivery.message) {
+            outcome.denied += 1;
+            tracing::debug!(client_id = %cell.client_id, topic = %delivery.message.topic, "delivery_denied");
+            return;
+        }
+        match state.session.enqueue(delivery) {
+            EnqueueOutcome::Queued { wake: needs_wake } => {
+                outcome.delivered += 1;
+                let state = &mut *state;
+                let hint = state.congestion.after_enqueue(&state.session, now);
+                self.apply_hint(cell, hint);
+                if outcome.congested.is_none() && state.congestion.is_congested() {
+                    outcome.congested = Some(cell.clone());
                 }
-                outcome.congested = Some(cell.clone());
-            }
-            if needs_wake {
-                if let Some(doorbell) = &state.doorbell {
-                    wake.push(doorbell.clone());
+                if needs_wake {
+                    if let Some(doorbell) = &state.doorbell {
+                        wake.push(doorbell.clone());
+                    }
                 }
             }
+            EnqueueOutcome::DroppedQueueFull => {
+                outcome.dropped += 1;
+                tracing::debug!(client_id = %cell.client_id, "queue_full_message_dropped");
+            }
+            EnqueueOutcome::DroppedBudget => {
+                outcome.dropped += 1;
+                tracing::debug!(client_id = %cell.client_id, "memory_budget_message_dropped");
+            }
+            EnqueueOutcome::DroppedOffline => outcome.dropped += 1,
         }
-        EnqueueOutcome::DroppedQueueFull => {
-            outcome.dropped += 1;
-            tracing::debug!(client_id = %cell.client_id, "queue_full_message_dropped");
-        }
-        EnqueueOutcome::DroppedBudget => {
-            outcome.dropped += 1;
-            tracing::debug!(client_id = %cell.client_id, "memory_budget_message_dropped");
-        }
-        EnqueueOutcome::DroppedOffline => outcome.dropped += 1,
     }
 }

@@ -43,6 +43,12 @@ pub struct Stats {
     /// Deliveries withheld because the subscriber may not read the topic (retained messages
     /// and wills included).
     pub denied_delivery: AtomicU64,
+    /// Times a publisher stopped being read from because a subscriber its messages reach was
+    /// congested (back-pressure, `docs/design/backpressure.md`).
+    pub backpressure_pauses: AtomicU64,
+    /// Times a congested subscriber was found stalled (no progress for the stall window) and
+    /// stopped holding its publishers back.
+    pub backpressure_stalls: AtomicU64,
 }
 
 impl Stats {

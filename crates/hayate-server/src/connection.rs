@@ -7,20 +7,18 @@ use crate::transport::{Progress, Transport};
 use bytes::BytesMut;
 use hayate_codec::{decode, ReasonCode};
 use hayate_core::stats::Stats;
-use hayate_core::{Broker, Channel, Close, ConnectionInfo, OutBuf, WakeList};
+use hayate_core::{
+    Broker, Channel, Close, CloseReason, ConnectionInfo, OutBuf, ReadGate, WakeList,
+};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
-use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// How often a connection paused by back-pressure re-checks on its own (it is normally woken
-/// when the subscriber drains; this notices a stalled subscriber, which sends no signal).
-const BACKPRESSURE_RECHECK: Duration = Duration::from_millis(200);
 /// Read at most this much per wake before letting other tasks run (fairness).
 const READ_BUDGET: usize = 256 * 1024;
 /// Read buffer growth step.
@@ -38,10 +36,6 @@ pub(crate) struct ConnectionSettings {
     pub connect_timeout: Duration,
     pub max_packet_size: u32,
     pub max_pending_write_bytes: usize,
-    /// Per-client inbound limit in bytes per second (0: none).
-    pub max_inbound_bytes_per_sec: u64,
-    /// Per-client inbound limit in PUBLISH packets per second (0: none).
-    pub max_inbound_messages_per_sec: u64,
 }
 
 impl ConnectionSettings {
@@ -52,8 +46,6 @@ impl ConnectionSettings {
             connect_timeout: config.server.connect_timeout(),
             max_packet_size: config.broker.max_packet_size,
             max_pending_write_bytes: config.server.max_pending_write_bytes.max(64 * 1024),
-            max_inbound_bytes_per_sec: config.server.max_inbound_bytes_per_sec,
-            max_inbound_messages_per_sec: config.server.max_inbound_messages_per_sec,
         }
     }
 }
@@ -68,60 +60,9 @@ pub(crate) struct Connection<T> {
     read_buf: BytesMut,
     out: OutBuf,
     wake: WakeList,
-    last_read: Instant,
-    /// Complete packets were left in `read_buf` when back-pressure started.
+    /// The channel stopped taking packets (back-pressure or the PUBLISH rate limit) with bytes
+    /// left in `read_buf`: handle those before reading more.
     input_pending: bool,
-    /// Inbound rate limit; only when configured.
-    limit: Option<Box<InboundLimit>>,
-    /// A decoded PUBLISH held back by back-pressure before routing (`Channel::must_defer`);
-    /// handled first when reading resumes.
-    deferred: Option<Box<hayate_codec::Packet>>,
-}
-
-/// A client's inbound rate limit: token buckets for bytes and PUBLISH packets, refilled
-/// continuously, holding at most one second's worth. Reading stops while either is empty
-/// (the client's bytes wait in TCP: nothing is dropped) and resumes when it has refilled.
-#[derive(Debug)]
-struct InboundLimit {
-    bytes_per_sec: f64,
-    messages_per_sec: f64,
-    bytes: f64,
-    messages: f64,
-    refilled: Instant,
-}
-
-impl InboundLimit {
-    fn new(settings: &ConnectionSettings, now: Instant) -> Option<Box<InboundLimit>> {
-        let (bytes, messages) = (
-            settings.max_inbound_bytes_per_sec,
-            settings.max_inbound_messages_per_sec,
-        );
-        (bytes > 0 || messages > 0).then(|| {
-            let rate = |r: u64| if r == 0 { f64::INFINITY } else { r as f64 };
-            Box::new(InboundLimit {
-                bytes_per_sec: rate(bytes),
-                messages_per_sec: rate(messages),
-                bytes: rate(bytes),
-                messages: rate(messages),
-                refilled: now,
-            })
-        })
-    }
-
-    /// `Some(when)` while a bucket is empty: reading may go on again then.
-    fn resume_at(&mut self, now: Instant) -> Option<Instant> {
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.refilled = now;
-        self.bytes = (self.bytes + elapsed * self.bytes_per_sec).min(self.bytes_per_sec);
-        self.messages =
-            (self.messages + elapsed * self.messages_per_sec).min(self.messages_per_sec);
-        let wait = f64::max(
-            -self.bytes / self.bytes_per_sec,
-            -self.messages / self.messages_per_sec,
-        );
-        // Resume once the deficit is paid back; tiny waits are not worth a timer.
-        (wait > 0.0005).then(|| now + Duration::from_secs_f64(wait))
-    }
 }
 
 /// Starts the task that serves one accepted plain-TCP connection. `guard` is dropped when the
@@ -171,30 +112,37 @@ impl ShutdownSignal {
     }
 }
 
-/// While paused: until the inbound rate limit's buckets have refilled, or (back-pressure) until
-/// the awaited subscriber drains or the re-check interval passes. Never completes when not paused. The timer and the wait live on the heap, only while
-/// paused: inline they would enlarge every connection's task for a rare state.
-async fn wait_while_paused(
-    drained: Option<Pin<Box<OwnedNotified>>>,
-    paused: bool,
-    throttled_until: Option<Instant>,
-) {
-    if !paused {
-        return std::future::pending().await;
+/// What a paused connection waits for: the channel's deadline to look again, and the release
+/// of the subscriber it waits on. Both on the heap, only while paused: inline they would
+/// enlarge every connection's task for a rare state.
+type PauseWait = (
+    Option<Pin<Box<tokio::time::Sleep>>>,
+    Option<Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+);
+
+fn pause_wait(gate: Option<ReadGate>) -> PauseWait {
+    match gate {
+        Some(ReadGate::Paused { until, released }) => (
+            Some(Box::pin(tokio::time::sleep_until(until.into()))),
+            released,
+        ),
+        _ => (None, None),
     }
-    if let Some(until) = throttled_until {
-        // Over the inbound rate limit: until the buckets have refilled.
-        return Box::pin(tokio::time::sleep_until(until)).await;
-    }
-    let recheck = Box::pin(tokio::time::sleep(BACKPRESSURE_RECHECK));
-    match drained {
-        Some(drained) => {
+}
+
+/// While the channel's read gate is closed: until it says to look again, or until the
+/// subscriber it waits on is released. Never completes while the gate is open.
+async fn wait_while_paused((until, released): PauseWait) {
+    match (until, released) {
+        (Some(until), Some(released)) => {
             tokio::select! {
-                _ = recheck => {}
-                _ = drained => {}
+                _ = until => {}
+                _ = released => {}
             }
         }
-        None => recheck.await,
+        (Some(until), None) => until.await,
+        (None, Some(released)) => released.await,
+        (None, None) => std::future::pending().await,
     }
 }
 
@@ -207,8 +155,7 @@ impl<T: Transport> Connection<T> {
         settings: Arc<ConnectionSettings>,
         shutdown: Arc<ShutdownSignal>,
     ) -> Connection<T> {
-        let channel = Channel::new(broker.clone(), info);
-        let limit = InboundLimit::new(&settings, Instant::now());
+        let channel = Channel::new(broker.clone(), info, Instant::now().into_std());
         Connection {
             stream,
             broker,
@@ -218,10 +165,7 @@ impl<T: Transport> Connection<T> {
             read_buf: BytesMut::new(),
             out: OutBuf::new(),
             wake: WakeList::new(),
-            last_read: Instant::now(),
             input_pending: false,
-            limit,
-            deferred: None,
         }
     }
 
@@ -243,10 +187,10 @@ impl<T: Transport> Connection<T> {
         let shutdown = self.shutdown.clone();
         let doorbell = self.channel.doorbell().clone();
         // One timer per connection: the connect timeout, then the keep-alive deadline. It is
-        // not moved on every read; when it fires early (traffic arrived since it was set) it is
-        // re-armed from the last read, so a busy connection touches the timer wheel about once
-        // per keep-alive period.
-        let timer = tokio::time::sleep_until(Instant::now() + self.settings.connect_timeout);
+        // not moved on every read; when it fires early (traffic arrived since it was set) the
+        // channel says so and it is re-armed, so a busy connection touches the timer wheel
+        // about once per keep-alive period.
+        let timer = tokio::time::sleep_until(self.channel.poll_timeout().into());
         tokio::pin!(timer);
         let mut timer_armed_for_keep_alive = false;
         loop {
@@ -265,36 +209,32 @@ impl<T: Transport> Connection<T> {
             }
             if self.channel.is_connected() && !timer_armed_for_keep_alive {
                 timer_armed_for_keep_alive = true;
-                timer.as_mut().reset(self.keep_alive_deadline());
+                timer.as_mut().reset(self.channel.poll_timeout().into());
             }
-            // Back-pressure: while a subscriber this client feeds is congested but draining,
-            // leave the client's bytes in its socket (TCP slows it down) instead of queueing
-            // messages that would be dropped.
-            let drained = if self.channel.is_waiting() {
-                self.channel.backpressure_signal()
-            } else {
+            // Our own output backlogged: read nothing until it flushes (no gate to ask).
+            // Otherwise the channel's read gate says whether to read (back-pressure from a
+            // congested subscriber, the inbound rate limit).
+            let gate = if backlogged {
                 None
+            } else {
+                match self.poll_gate() {
+                    Ok(gate) => Some(gate),
+                    Err(close) => return Some(close),
+                }
             };
-            let (paused, throttled_until) = {
-                let now = Instant::now();
-                let throttled_until = self.limit.as_mut().and_then(|limit| limit.resume_at(now));
-                let backpressured = self.channel.is_backpressured(now.into_std());
-                (
-                    !backlogged && (backpressured || throttled_until.is_some()),
-                    throttled_until,
-                )
-            };
-            if self.input_pending && !paused && !backlogged {
+            let reading = matches!(gate, Some(ReadGate::Open));
+            let pause = pause_wait(gate);
+            if reading && self.input_pending {
                 // Resume with what was already read before reading more.
-                if let Some(close) = self.process_buffered(false) {
+                let now = Instant::now().into_std();
+                if let Some(close) = self.process_buffered(now) {
                     return Some(close);
                 }
                 continue;
             }
-            let want_read = !(backlogged || paused);
             let want_write = !self.out.is_empty() || self.stream.wants_flush();
             tokio::select! {
-                progress = std::future::poll_fn(|cx| self.stream.poll_progress(cx, want_read, &mut self.out)), if want_read || want_write => {
+                progress = std::future::poll_fn(|cx| self.stream.poll_progress(cx, reading, &mut self.out)), if reading || want_write => {
                     match progress {
                         Ok(Progress::Readable) => {
                             if let Some(close) = self.read_and_process()? {
@@ -313,58 +253,42 @@ impl<T: Transport> Connection<T> {
                         return Some(close);
                     }
                 }
-                _ = wait_while_paused(drained, paused, throttled_until) => {}
+                _ = wait_while_paused(pause) => {}
                 _ = &mut timer => {
-                    if paused {
-                        // Not reading is our doing, not the client's silence.
-                        self.last_read = Instant::now();
-                        timer.as_mut().reset(self.keep_alive_deadline());
-                        continue;
+                    let now = Instant::now().into_std();
+                    if let Err(close) = self.channel.handle_timeout(now, reading, &mut self.out) {
+                        return Some(close);
                     }
-                    if !self.channel.is_connected() {
-                        // Debug, not info: a slowloris attack would otherwise write one line per socket.
-                        tracing::debug!(peer = ?self.channel.peer(), "connect_timeout");
-                        return None;
-                    }
-                    let deadline = self.keep_alive_deadline();
-                    if Instant::now() >= deadline {
-                        // [MQTT-3.1.2-24] nothing received for 1.5 × keep alive.
-                        tracing::info!(peer = ?self.channel.peer(), client_id = ?self.channel.client_id(), "keep_alive_timeout");
-                        return Some(self.channel.close_with(ReasonCode::KEEP_ALIVE_TIMEOUT, "keep_alive_timeout", &mut self.out));
-                    }
-                    timer.as_mut().reset(deadline);
+                    timer.as_mut().reset(self.channel.poll_timeout().into());
                 }
                 _ = shutdown.wait() => {
-                    return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, "server_shutdown", &mut self.out));
+                    return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
                 }
             }
         }
     }
 
-    /// When the connection times out if nothing more arrives: 1.5 × keep alive after the last
-    /// read, or far away when keep alive is off.
-    fn keep_alive_deadline(&self) -> Instant {
-        match self.channel.keep_alive_timeout() {
-            Some(timeout) => self.last_read + timeout,
-            None => Instant::now() + Duration::from_secs(24 * 3600),
-        }
+    /// Asks the channel's read gate; a PUBLISH it held back may be routed now, so doorbells
+    /// are rung after.
+    fn poll_gate(&mut self) -> Result<ReadGate, Close> {
+        let now = Instant::now().into_std();
+        let gate = self.channel.poll_gate(now, &mut self.out, &mut self.wake);
+        self.ring_doorbells();
+        gate
     }
 
     /// Reads what the socket has (up to a budget) and handles every complete packet, chunk by
     /// chunk: what one read brought is decoded and handled before the next read, so a
     /// publisher paused by back-pressure mid-way holds at most one chunk of unhandled input
     /// (with thousands of paused publishers, reading the whole budget first would park
-    /// gigabytes in their buffers). Doorbells are rung once per chunk.
+    /// gigabytes in their buffers). Doorbells are rung once per chunk. One clock read per
+    /// wake-up.
     /// `None` (outer) means the socket is gone; `Some(Some(close))` means close it.
     fn read_and_process(&mut self) -> Option<Option<Close>> {
+        let now = Instant::now().into_std();
         let mut read_total = 0;
         let mut eof = false;
-        // Under a byte-rate limit read no more than the bucket holds (at least a little, so a
-        // packet header can always be read).
-        let budget = match &self.limit {
-            Some(limit) => (limit.bytes.max(0.0) as usize).clamp(1024, READ_BUDGET),
-            None => READ_BUDGET,
-        };
+        let budget = self.channel.read_budget(READ_BUDGET);
         while read_total < budget {
             if self.read_buf.capacity() - self.read_buf.len() < READ_CHUNK / 4 {
                 self.read_buf.reserve(READ_CHUNK);
@@ -376,10 +300,8 @@ impl<T: Transport> Connection<T> {
                 }
                 Ok(n) => {
                     read_total += n;
-                    if let Some(limit) = &mut self.limit {
-                        limit.bytes -= n as f64;
-                    }
-                    if let Some(close) = self.process_buffered(false) {
+                    self.channel.on_input(n, now);
+                    if let Some(close) = self.process_buffered(now) {
                         self.account_read(read_total);
                         return Some(Some(close));
                     }
@@ -406,55 +328,37 @@ impl<T: Transport> Connection<T> {
         }
         // At end of stream everything the client sent is handled, paused or not (its last
         // packet may be a DISCONNECT that decides about its will).
-        self.process_buffered(true).map(Some)
+        if let Err(close) = self.channel.input_ended(now, &mut self.out, &mut self.wake) {
+            self.ring_doorbells();
+            return Some(Some(close));
+        }
+        self.process_buffered(now).map(Some)
     }
 
     fn account_read(&mut self, read_total: usize) {
         if read_total > 0 {
-            self.last_read = Instant::now();
             Stats::add(&self.broker.stats.bytes_received, read_total as u64);
         }
     }
 
     /// Decodes and handles the complete packets in the read buffer, then rings the doorbells
     /// of the sessions that got messages, once each. Stops early, leaving the rest buffered,
-    /// when back-pressure starts (unless `drain_all`), so a paused publisher adds at most one
-    /// message to a congested queue.
-    fn process_buffered(&mut self, drain_all: bool) -> Option<Close> {
-        let now = Instant::now().into_std();
+    /// when the channel stops taking input (back-pressure, rate limit), so a paused publisher
+    /// adds at most one message to a congested queue.
+    fn process_buffered(&mut self, now: std::time::Instant) -> Option<Close> {
         let mut close = None;
         self.input_pending = false;
         loop {
-            let throttled = self
-                .limit
-                .as_ref()
-                .is_some_and(|limit| limit.messages < 0.0);
-            if !drain_all && (self.channel.is_waiting() || throttled) {
-                self.input_pending = !self.read_buf.is_empty() || self.deferred.is_some();
+            if !self.channel.accepts_input() {
+                self.input_pending = !self.read_buf.is_empty();
                 break;
             }
-            let next = match self.deferred.take() {
-                Some(packet) => Ok(Some(*packet)),
-                None => decode(
-                    &mut self.read_buf,
-                    self.channel.version(),
-                    self.settings.max_packet_size,
-                ),
-            };
-            match next {
+            match decode(
+                &mut self.read_buf,
+                self.channel.version(),
+                self.settings.max_packet_size,
+            ) {
                 Ok(Some(packet)) => {
-                    if let hayate_codec::Packet::Publish(publish) = &packet {
-                        if !drain_all && self.channel.must_defer(publish, now) {
-                            self.deferred = Some(Box::new(packet));
-                            self.input_pending = true;
-                            break;
-                        }
-                    }
-                    if let (Some(limit), hayate_codec::Packet::Publish(_)) =
-                        (&mut self.limit, &packet)
-                    {
-                        limit.messages -= 1.0;
-                    }
                     if let Err(c) =
                         self.channel
                             .handle_packet(packet, now, &mut self.out, &mut self.wake)
@@ -514,7 +418,7 @@ impl<T: Transport> Connection<T> {
         self.channel.finish(Instant::now().into_std(), &mut wake);
         wake.iter().for_each(|doorbell| doorbell.notify_one());
         let Some(close) = close else { return };
-        tracing::debug!(peer = ?self.channel.peer(), reason = %close.reason, event = close.event, "connection_closing");
+        tracing::debug!(peer = ?self.channel.peer(), code = %close.code, reason = %close.reason, "connection_closing");
         let deadline = Instant::now() + CLOSE_LINGER;
         let flush = async {
             while !self.out.is_empty() || self.stream.wants_flush() {
@@ -534,7 +438,7 @@ impl<T: Transport> Connection<T> {
             }
         };
         let _ = tokio::time::timeout_at(deadline, flush).await;
-        if close.event == "client_disconnect" {
+        if !close.lingers() {
             return;
         }
         let stream = &mut self.stream;
@@ -596,6 +500,7 @@ mod tests {
         let task = connection.run(());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 830, "connection future is {size} bytes");
+        eprintln!("connection future: {size} bytes");
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 512, "SessionState is {session} bytes");
     }

@@ -6,7 +6,7 @@ use crate::connection::{spawn_connection, Connection, ConnectionSettings, Shutdo
 use crate::transport::psk::{PskAcceptorHandle, PskSettings};
 use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
 use crate::transport::{ws, BoxedStream, Polled};
-use hayate_core::{Broker, ConnectionInfo, ListenerInfo, WakeList};
+use hayate_core::{Broker, ConnectionInfo, ConnectionLimits, ListenerInfo, WakeList};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -63,7 +63,7 @@ impl Server {
             .map(|addr| ListenerConfig::tcp(*addr))
             .chain(config.listeners.iter().cloned());
         for listener_config in listeners {
-            let runtime = Arc::new(ListenerRuntime::new(&listener_config)?);
+            let runtime = Arc::new(ListenerRuntime::new(&listener_config, &config)?);
             let listener = bind(listener_config.bind)?;
             let local = listener.local_addr()?;
             tracing::info!(address = %local, listener = %runtime.info.name, "listening");
@@ -71,24 +71,11 @@ impl Server {
             if !matches!(runtime.acceptor, Acceptor::Tcp | Acceptor::Ws) {
                 reloadable.push(runtime.clone());
             }
-            let listener_settings = match (
-                listener_config.max_inbound_bytes_per_sec,
-                listener_config.max_inbound_messages_per_sec,
-            ) {
-                (None, None) => settings.clone(),
-                (bytes, messages) => {
-                    let mut own = ConnectionSettings::from_config(&config);
-                    own.max_inbound_bytes_per_sec = bytes.unwrap_or(own.max_inbound_bytes_per_sec);
-                    own.max_inbound_messages_per_sec =
-                        messages.unwrap_or(own.max_inbound_messages_per_sec);
-                    Arc::new(own)
-                }
-            };
             tasks.spawn(accept_loop(
                 listener,
                 runtime,
                 broker.clone(),
-                listener_settings,
+                settings.clone(),
                 active.clone(),
                 shutdown_rx.clone(),
             ));
@@ -311,7 +298,7 @@ struct ListenerRuntime {
 }
 
 impl ListenerRuntime {
-    fn new(listener: &ListenerConfig) -> io::Result<ListenerRuntime> {
+    fn new(listener: &ListenerConfig, config: &Config) -> io::Result<ListenerRuntime> {
         let tls_files = || TlsFiles {
             cert_file: listener.cert_file.clone().unwrap_or_default(),
             key_file: listener.key_file.clone().unwrap_or_default(),
@@ -343,6 +330,15 @@ impl ListenerRuntime {
                 name: Arc::from(listener.display_name()),
                 allow_anonymous: listener.allow_anonymous,
                 identity_as_username: listener.use_identity_as_username,
+                limits: ConnectionLimits {
+                    connect_timeout: config.server.connect_timeout(),
+                    max_inbound_bytes_per_sec: listener
+                        .max_inbound_bytes_per_sec
+                        .unwrap_or(config.server.max_inbound_bytes_per_sec),
+                    max_inbound_messages_per_sec: listener
+                        .max_inbound_messages_per_sec
+                        .unwrap_or(config.server.max_inbound_messages_per_sec),
+                },
             }),
             max_connections: listener.max_connections.unwrap_or(usize::MAX),
             live: Arc::new(LiveConnections::default()),

@@ -1103,6 +1103,7 @@ mod tests {
             name: "open".into(),
             allow_anonymous: Some(true),
             identity_as_username: false,
+            ..Default::default()
         });
         assert!(hook.authenticate(&anonymous, None).is_ok());
         let mut by_identity = client(Some("claimed"));
@@ -1110,6 +1111,7 @@ mod tests {
             name: "certs".into(),
             allow_anonymous: Some(false),
             identity_as_username: true,
+            ..Default::default()
         });
         // No proved identity: refused, whatever the CONNECT says.
         assert_eq!(

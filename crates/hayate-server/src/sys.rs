@@ -44,6 +44,7 @@ pub(crate) async fn sys_loop(
         "$SYS/broker/version",
         format!("hayate version {}", env!("CARGO_PKG_VERSION")).into(),
         true,
+        tokio::time::Instant::now().into_std(),
     );
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -63,11 +64,10 @@ pub(crate) async fn sys_loop(
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let uptime = tokio::time::Instant::now()
-            .into_std()
-            .saturating_duration_since(broker.started_at);
+        let now = tokio::time::Instant::now().into_std();
+        let uptime = now.saturating_duration_since(broker.started_at);
         let publish =
-            |topic: &str, value: String| broker.publish_internal(topic, value.into(), true);
+            |topic: &str, value: String| broker.publish_internal(topic, value.into(), true, now);
         let counter = |counter: &AtomicU64| Stats::get(counter).to_string();
         publish(
             "$SYS/broker/uptime",

@@ -30,6 +30,10 @@ pub struct Message {
     pub expires_at: Option<Instant>,
     /// Session that published it, for No Local [MQTT-3.8.3-3]; `None` for broker-made messages.
     pub publisher: Option<u64>,
+    /// A stable hash of the publishing client's identifier (0 for broker-made messages): the
+    /// same client maps to the same value across sessions and connections, which
+    /// `hash_client_id` shared subscriptions rely on.
+    pub publisher_key: u64,
     /// Encoded PUBLISH headers, one per distinct wire form, made on first use and then shared by
     /// every subscriber that receives that form. Lazily allocated: most messages use one form.
     encoded: Mutex<Vec<(u8, EncodedHeader)>>,
@@ -70,8 +74,15 @@ impl Message {
             properties,
             expires_at,
             publisher,
+            publisher_key: 0,
             encoded: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Sets [`Message::publisher_key`] (see [`publisher_key`] to compute it).
+    pub fn with_publisher_key(mut self, key: u64) -> Message {
+        self.publisher_key = key;
+        self
     }
 
     /// True once the message's expiry interval has passed.
@@ -187,8 +198,9 @@ pub struct Delivery {
     pub message: Arc<Message>,
     /// QoS to deliver at: the minimum of the published QoS and the granted QoS [MQTT-3.8.4-8].
     pub qos: QoS,
-    /// Retain flag to send: set for retained messages sent on subscribe [MQTT-3.3.1-8], or the
-    /// published flag under Retain As Published [MQTT-3.3.1-12], otherwise clear [MQTT-3.3.1-9].
+    /// Retain flag to send: set for retained messages sent on subscribe (§3.3.1.3;
+    /// [3.1.1: MQTT-3.3.1-8]), or the published flag under Retain As Published [MQTT-3.3.1-13],
+    /// otherwise clear [MQTT-3.3.1-12] ([3.1.1: MQTT-3.3.1-9]).
     pub retain: bool,
     /// Identifiers of every matching subscription that carried one [MQTT-3.3.4-3].
     pub subscription_ids: Vec<u32>,
@@ -202,4 +214,13 @@ impl Delivery {
     pub fn weight(&self) -> usize {
         self.message.payload.len() + self.message.topic.len()
     }
+}
+
+/// A stable hash of a client identifier for [`Message::publisher_key`]: FNV-1a, which does not
+/// depend on the process or the session, so a client keeps its value across reconnects and
+/// restarts.
+pub fn publisher_key(client_id: &str) -> u64 {
+    client_id.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

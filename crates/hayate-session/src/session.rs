@@ -185,7 +185,10 @@ pub struct Session {
     next_seq: u64,
     /// State only some clients need; allocated on first use so an idle session stays small.
     rare: Option<Box<RareState>>,
-    /// PUBLISH packets written so far; publishers waiting on this session watch it move.
+    /// Deliveries that have left the session so far (QoS 0 written, QoS 1/2 acknowledged,
+    /// expired); publishers waiting on this session watch it move.
+    completed: u64,
+    /// PUBLISH packets written so far.
     transmitted: u64,
 }
 
@@ -207,6 +210,7 @@ impl Session {
             next_packet_id: 1,
             next_seq: 0,
             rare: None,
+            completed: 0,
             transmitted: 0,
         }
     }
@@ -290,6 +294,7 @@ impl Session {
 
     /// Removes a delivery of `weight` bytes from the held count and returns its charge.
     fn free(&mut self, weight: usize) {
+        self.completed += 1;
         self.held_bytes = self.held_bytes.saturating_sub(weight);
         let charge = (weight + DELIVERY_OVERHEAD_BYTES).min(self.charged);
         self.charged -= charge;
@@ -298,8 +303,16 @@ impl Session {
         }
     }
 
-    /// PUBLISH packets written since the session was created: a waiting publisher checks that
-    /// this moves, to tell a slow subscriber (wait for it) from a stalled one (do not).
+    /// Deliveries that have left the session since it was created: QoS 0 messages written to
+    /// the connection's output, QoS 1/2 messages acknowledged, expired ones. A waiting
+    /// publisher checks that this moves, to tell a slow subscriber (wait for it) from a stalled
+    /// one (do not). Sending a QoS 1/2 message is not progress until it is acknowledged: a
+    /// client that reads but never acknowledges fills its window and stops here.
+    pub fn completed(&self) -> u64 {
+        self.completed
+    }
+
+    /// PUBLISH packets written since the session was created.
     pub fn transmitted(&self) -> u64 {
         self.transmitted
     }

@@ -4,7 +4,8 @@
 //! ([`crate::hooks::EnhancedAuth`]); this module only enforces the packet rules.
 
 use super::connect::{admitted, count_auth_failure};
-use super::{Channel, Close, Phase};
+use super::{Channel, Phase};
+use crate::close::{Close, CloseReason};
 use crate::hooks::{AuthStep, ClientInfo, EnhancedAuth};
 use crate::router::WakeList;
 use bytes::Bytes;
@@ -76,7 +77,9 @@ impl Channel {
                 self.complete_connect(connect, client, assigned, data, now, out, wake)
             }
             // [MQTT-4.12.0-4] refused: CONNACK with the reason, then close.
-            AuthStep::Fail(reason) => Err(self.auth_failed(reason, "authentication_failed", out)),
+            AuthStep::Fail(reason) => {
+                Err(self.auth_failed(reason, CloseReason::AuthenticationFailed, out))
+            }
         }
     }
 
@@ -95,15 +98,15 @@ impl Channel {
             Packet::Auth(auth) => auth,
             Packet::Disconnect(disconnect) => {
                 self.phase = Phase::Closed;
-                return Err(Close {
-                    reason: disconnect.reason_code,
-                    event: "client_disconnect",
-                });
+                return Err(Close::new(
+                    disconnect.reason_code,
+                    CloseReason::ClientDisconnect,
+                ));
             }
             _ => {
                 return Err(self.refuse(
                     ReasonCode::PROTOCOL_ERROR,
-                    "packet_during_authentication",
+                    CloseReason::PacketDuringAuthentication,
                     out,
                 ))
             }
@@ -116,7 +119,7 @@ impl Channel {
             .as_deref_mut()
             .and_then(|state| Some((state.exchange.take()?, state.pending.take()?)));
         let Some((mut exchange, pending)) = taken else {
-            return Err(self.refuse(ReasonCode::PROTOCOL_ERROR, "unexpected_auth", out));
+            return Err(self.refuse(ReasonCode::PROTOCOL_ERROR, CloseReason::UnexpectedAuth, out));
         };
         let step = exchange.step(auth_data(&auth));
         self.connect_auth_step(step, exchange, pending, now, out, wake)
@@ -128,7 +131,11 @@ impl Channel {
     /// gave no Authentication Method at CONNECT must not send AUTH [MQTT-4.12.0-7].
     pub(super) fn handle_reauth(&mut self, auth: Auth, out: &mut OutBuf) -> Result<(), Close> {
         if self.auth.is_none() {
-            return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "unexpected_auth", out));
+            return Err(self.close_with(
+                ReasonCode::PROTOCOL_ERROR,
+                CloseReason::UnexpectedAuth,
+                out,
+            ));
         }
         let in_progress = self
             .auth
@@ -143,7 +150,7 @@ impl Channel {
             return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, event, out));
         }
         let Some(client) = self.client.clone() else {
-            return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "no_session", out));
+            return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, CloseReason::NoSession, out));
         };
         let existing = self
             .auth
@@ -163,7 +170,7 @@ impl Channel {
                         count_auth_failure(&self.broker.stats, reason);
                         return Err(self.close_with(
                             disconnect_reason(reason),
-                            "reauthentication_failed",
+                            CloseReason::ReauthenticationFailed,
                             out,
                         ));
                     }
@@ -192,7 +199,7 @@ impl Channel {
                     count_auth_failure(&self.broker.stats, ReasonCode::NOT_AUTHORIZED);
                     return Err(self.close_with(
                         ReasonCode::NOT_AUTHORIZED,
-                        "reauthentication_failed",
+                        CloseReason::ReauthenticationChangedUser,
                         out,
                     ));
                 }
@@ -205,7 +212,11 @@ impl Channel {
             }
             AuthStep::Fail(reason) => {
                 count_auth_failure(&self.broker.stats, reason);
-                Err(self.close_with(disconnect_reason(reason), "reauthentication_failed", out))
+                Err(self.close_with(
+                    disconnect_reason(reason),
+                    CloseReason::ReauthenticationFailed,
+                    out,
+                ))
             }
         }
     }
@@ -213,15 +224,15 @@ impl Channel {
     /// Checks an AUTH from the client: the reason code is the one expected now (a client may
     /// send only 0x18 and 0x19 [MQTT-3.15.2-1]) and the method is the CONNECT's
     /// [MQTT-4.12.0-5] (omitting it is a protocol error, 3.15.2.2.2).
-    fn check_auth_packet(&self, auth: &Auth, expected: ReasonCode) -> Result<(), &'static str> {
+    fn check_auth_packet(&self, auth: &Auth, expected: ReasonCode) -> Result<(), CloseReason> {
         if auth.reason_code != expected {
-            return Err("unexpected_auth_reason_code");
+            return Err(CloseReason::UnexpectedAuthReasonCode);
         }
         let method = self.auth.as_ref().map(|state| &state.method);
         match &auth.properties.authentication_method {
             Some(sent) if Some(sent) == method => Ok(()),
-            Some(_) => Err("auth_method_changed"),
-            None => Err("auth_without_method"),
+            Some(_) => Err(CloseReason::AuthMethodChanged),
+            None => Err(CloseReason::AuthWithoutMethod),
         }
     }
 

@@ -2,7 +2,8 @@
 //! negotiated limits.
 
 use super::auth::AuthState;
-use super::{Channel, Close, Phase};
+use super::{Channel, Phase};
+use crate::close::{Close, CloseReason};
 use crate::hooks::{Authenticated, ClientInfo};
 use crate::registry::PendingWill;
 use crate::router::WakeList;
@@ -30,7 +31,7 @@ impl Channel {
         let v5 = version.is_v5();
 
         if self.info.over_capacity {
-            return Err(self.refuse(ReasonCode::QUOTA_EXCEEDED, "max_connections", out));
+            return Err(self.refuse(ReasonCode::QUOTA_EXCEEDED, CloseReason::MaxConnections, out));
         }
         // Client identifier [MQTT-3.1.3-3] .. [MQTT-3.1.3-8].
         let mut assigned = None;
@@ -42,7 +43,7 @@ impl Channel {
             {
                 return Err(self.refuse(
                     ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
-                    "empty_client_id",
+                    CloseReason::EmptyClientId,
                     out,
                 ));
             }
@@ -54,7 +55,7 @@ impl Channel {
         } else if connect.client_id.len() > config.max_client_id_len {
             return Err(self.refuse(
                 ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
-                "client_id_too_long",
+                CloseReason::ClientIdTooLong,
                 out,
             ));
         } else {
@@ -64,13 +65,17 @@ impl Channel {
         // Will checks: a valid topic name, and QoS / retain the server supports.
         if let Some(will) = &connect.will {
             if hayate_topic::validate_topic_name(&will.topic).is_err() {
-                return Err(self.refuse(ReasonCode::TOPIC_NAME_INVALID, "invalid_will_topic", out));
+                return Err(self.refuse(
+                    ReasonCode::TOPIC_NAME_INVALID,
+                    CloseReason::InvalidWillTopic,
+                    out,
+                ));
             }
             if will.qos > config.maximum_qos() {
                 // [MQTT-3.2.2-12]
                 return Err(self.refuse(
                     ReasonCode::QOS_NOT_SUPPORTED,
-                    "will_qos_not_supported",
+                    CloseReason::WillQosNotSupported,
                     out,
                 ));
             }
@@ -78,7 +83,7 @@ impl Channel {
                 // [MQTT-3.2.2-13]
                 return Err(self.refuse(
                     ReasonCode::RETAIN_NOT_SUPPORTED,
-                    "will_retain_not_supported",
+                    CloseReason::WillRetainNotSupported,
                     out,
                 ));
             }
@@ -102,7 +107,9 @@ impl Channel {
             // password, if any, is not checked separately.
             let mut exchange = match self.broker.hooks.start_enhanced_auth(&client, &method) {
                 Ok(exchange) => exchange,
-                Err(reason) => return Err(self.auth_failed(reason, "enhanced_auth_refused", out)),
+                Err(reason) => {
+                    return Err(self.auth_failed(reason, CloseReason::EnhancedAuthRefused, out))
+                }
             };
             let data = connect.properties.authentication_data.clone();
             let step = exchange.step(data.as_deref().unwrap_or_default());
@@ -123,7 +130,7 @@ impl Channel {
                 let client = admitted(client, authenticated);
                 self.complete_connect(connect, client, assigned, None, now, out, wake)
             }
-            Err(reason) => Err(self.auth_failed(reason, "authentication_failed", out)),
+            Err(reason) => Err(self.auth_failed(reason, CloseReason::AuthenticationFailed, out)),
         }
     }
 
@@ -131,11 +138,11 @@ impl Channel {
     pub(super) fn auth_failed(
         &mut self,
         reason: ReasonCode,
-        event: &'static str,
+        close_reason: CloseReason,
         out: &mut OutBuf,
     ) -> Close {
         count_auth_failure(&self.broker.stats, reason);
-        self.refuse(reason, event, out)
+        self.refuse(reason, close_reason, out)
     }
 
     /// The rest of CONNECT once the client is authenticated: keep alive, session open, resume
@@ -309,7 +316,7 @@ impl Channel {
     pub(super) fn refuse(
         &mut self,
         reason: ReasonCode,
-        event: &'static str,
+        close_reason: CloseReason,
         out: &mut OutBuf,
     ) -> Close {
         let code = if self.version.is_v5() {
@@ -324,8 +331,8 @@ impl Channel {
         };
         self.write(&Packet::ConnAck(connack), out);
         self.phase = Phase::Closed;
-        tracing::info!(peer = ?self.info.peer, reason = %reason, event, "connect_refused");
-        Close { reason, event }
+        tracing::info!(peer = ?self.info.peer, code = %reason, reason = %close_reason, "connect_refused");
+        Close::new(reason, close_reason)
     }
 }
 

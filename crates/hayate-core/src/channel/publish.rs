@@ -1,7 +1,9 @@
 //! Inbound PUBLISH: validation, QoS 1/2 acknowledgement, authorisation, routing.
 
-use super::{Channel, Close};
+use super::Channel;
 use crate::broker::forwardable_properties;
+use crate::close::{Close, CloseReason};
+use crate::config::SharedStrategy;
 use crate::router::WakeList;
 use crate::stats::Stats;
 use hayate_codec::{Packet, Properties, PubResp, Publish, QoS, ReasonCode};
@@ -22,13 +24,17 @@ impl Channel {
         let config = &broker.config;
         if publish.qos > config.maximum_qos() {
             // [MQTT-3.2.2-11] a QoS above the announced Maximum QoS.
-            return Err(self.close_with(ReasonCode::QOS_NOT_SUPPORTED, "qos_not_supported", out));
+            return Err(self.close_with(
+                ReasonCode::QOS_NOT_SUPPORTED,
+                CloseReason::QosNotSupported,
+                out,
+            ));
         }
         if !publish.properties.subscription_identifiers.is_empty() {
             // [MQTT-3.3.4-6] a PUBLISH from a client must not carry a Subscription Identifier.
             return Err(self.close_with(
                 ReasonCode::PROTOCOL_ERROR,
-                "subscription_id_in_publish",
+                CloseReason::SubscriptionIdInPublish,
                 out,
             ));
         }
@@ -36,7 +42,7 @@ impl Channel {
             // [MQTT-3.2.2-14]
             return Err(self.close_with(
                 ReasonCode::RETAIN_NOT_SUPPORTED,
-                "retain_not_supported",
+                CloseReason::RetainNotSupported,
                 out,
             ));
         }
@@ -46,14 +52,22 @@ impl Channel {
             Ok(inbound) => inbound,
             Err(error) => {
                 tracing::info!(client_id = ?self.client_id(), %error, "protocol_violation");
-                return Err(self.close_with(error.reason_code(), "protocol_violation", out));
+                return Err(self.close_with(
+                    error.reason_code(),
+                    CloseReason::ProtocolViolation,
+                    out,
+                ));
             }
         };
         // [MQTT-3.3.2-2] no wildcards in a topic name; [MQTT-4.7.3-1] not empty.
         let levels_ok = hayate_topic::topic_level_count(&publish.topic) <= config.max_topic_levels;
         if hayate_topic::validate_topic_name(&publish.topic).is_err() || !levels_ok {
             self.forget_qos2(&publish, out);
-            return Err(self.close_with(ReasonCode::TOPIC_NAME_INVALID, "invalid_topic_name", out));
+            return Err(self.close_with(
+                ReasonCode::TOPIC_NAME_INVALID,
+                CloseReason::InvalidTopicName,
+                out,
+            ));
         }
         if inbound == InboundPublish::DuplicateQos2 {
             // [MQTT-4.3.3-10] acknowledge again, never route twice.
@@ -82,7 +96,11 @@ impl Channel {
                 // Configured to close v3 connections that publish where they may not (the
                 // only refusal a v3 client notices).
                 self.forget_qos2(&publish, out);
-                return Err(self.close_with(ReasonCode::NOT_AUTHORIZED, "publish_denied", out));
+                return Err(self.close_with(
+                    ReasonCode::NOT_AUTHORIZED,
+                    CloseReason::PublishDenied,
+                    out,
+                ));
             } else {
                 // v3 cannot say no: acknowledge and drop [MQTT-3.3.5-2].
                 self.acknowledge(&publish, ReasonCode::SUCCESS, out);
@@ -104,9 +122,15 @@ impl Channel {
             expires_at,
             publisher,
         );
-        let outcome = self.broker.publish(Arc::new(message), wake);
+        let message = match (&self.client, config.shared_subscription_strategy) {
+            (Some(client), SharedStrategy::HashClientId) => {
+                message.with_publisher_key(hayate_session::publisher_key(&client.client_id))
+            }
+            _ => message,
+        };
+        let outcome = self.broker.publish(Arc::new(message), now, wake);
         if let Some(congested) = outcome.congested {
-            self.wait_on(congested, now);
+            self.wait_on(congested);
         }
         let reason = if outcome.delivered == 0 && outcome.dropped == 0 && self.version.is_v5() {
             ReasonCode::NO_MATCHING_SUBSCRIBERS

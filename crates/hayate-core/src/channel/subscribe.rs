@@ -1,6 +1,7 @@
 //! SUBSCRIBE → SUBACK (+ retained messages) and UNSUBSCRIBE → UNSUBACK.
 
-use super::{Channel, Close};
+use super::Channel;
+use crate::close::{Close, CloseReason};
 use crate::registry::SubscriptionRecord;
 use crate::router::SubEntry;
 use hayate_codec::{
@@ -82,7 +83,11 @@ impl Channel {
         }
         if shared.is_some() && options.no_local {
             // [MQTT-3.8.3-4] No Local on a shared subscription is a protocol error.
-            return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, "shared_no_local", out));
+            return Err(self.close_with(
+                ReasonCode::PROTOCOL_ERROR,
+                CloseReason::SharedNoLocal,
+                out,
+            ));
         }
         let verdict = match &self.client {
             Some(client) => self.broker.hooks.authorize_subscribe(client, inner),

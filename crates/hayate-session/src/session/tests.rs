@@ -119,9 +119,9 @@ fn mqtt_4_3_3_10_qos2_duplicate_not_routed_twice() {
     assert!(!session.handle_pubrel(PacketId::new(7).unwrap()));
 }
 
-/// [MQTT-3.3.4-9] inbound: more QoS 2 in flight than the server's Receive Maximum is an error.
+/// [MQTT-3.3.4-7] inbound: more QoS 2 in flight than the server's Receive Maximum is an error.
 #[test]
-fn mqtt_3_3_4_9_inbound_receive_maximum_exceeded() {
+fn mqtt_3_3_4_7_inbound_receive_maximum_exceeded() {
     let mut session = Session::new(SessionLimits::default());
     let mut p = params(ProtocolVersion::V5, 10);
     p.server_receive_maximum = 2;
