@@ -450,7 +450,8 @@ def test_v5_overlapping_subscriptions_identifiers(broker, clients):
     sub.subscribe(f"{base}/#", 1, properties=p2)
     pub = clients(broker, V5).connect()
     pub.publish(f"{base}/x", b"1", qos=1)
-    # Either one message carrying both identifiers or one message per subscription (MQTT-3.3.4-3/5).
+    # Either one message carrying both identifiers [MQTT-3.3.4-4] or one message per
+    # subscription [MQTT-3.3.4-5].
     msgs = sub.expect(1) + sub.drain(1.0)
     ids = []
     for m in msgs:
@@ -589,7 +590,7 @@ def test_sys_topics_not_matched_by_leading_wildcard(broker_factory, clients):
     c.subscribe("+/broker/uptime", 0)
     time.sleep(2.5)
     leaked = [m.topic for m in c.drain(0.5) if m.topic.startswith("$")]
-    assert leaked == [], f"'#'/'+' at the first level matched $ topics (MQTT-4.7.2-1): {leaked[:5]}"
+    assert leaked == [], f"'#'/'+' at the first level matched $ topics [MQTT-4.7.2-1]: {leaked[:5]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -613,7 +614,7 @@ def test_unacked_qos1_redelivered_with_dup_after_reconnect(broker, clients, prot
     assert again.session_present
     [m] = again.expect(1)
     assert m.payload == b"unacked"
-    assert m.dup, "a re-sent PUBLISH must have DUP 1 (MQTT-4.4.0-1 / 3.1.1 4.4)"
+    assert m.dup, "a re-sent PUBLISH must have DUP 1 ([MQTT-4.4.0-1] / [3.1.1: MQTT-4.4.0-1])"
     assert again.drain() == []
 
 
@@ -658,7 +659,7 @@ def test_v5_message_expiry_while_offline(broker, clients):
     again = clients(broker, V5, cid, clean=False, session_expiry=300).connect(clean_start=False)
     assert again.session_present
     msgs = again.expect(1) + again.drain()
-    assert [m.payload for m in msgs] == [b"long-lived"], "expired message delivered (MQTT-3.3.2-5)"
+    assert [m.payload for m in msgs] == [b"long-lived"], "expired message delivered [MQTT-3.3.2-5]"
     remaining = msgs[0].properties.MessageExpiryInterval
     assert remaining <= 58, f"expiry interval not reduced by the time spent waiting: {remaining}"
 
@@ -795,7 +796,7 @@ def test_v5_shared_subscription_gets_no_retained_messages(broker, clients):
     member = clients(broker, V5).connect()
     member.subscribe(f"$share/g/{topic}", 1)
     got = member.drain()
-    assert got == [], "retained messages must not be sent for a new shared subscription (MQTT-3.8.4-x, v5 4.8.2)"
+    assert got == [], "retained messages must not be sent for a new shared subscription (§4.8.2)"
 
 
 def test_v5_shared_subscription_member_leaving(broker, clients):

@@ -1,7 +1,8 @@
 //! Bytes -> packets.
 //!
-//! Clause numbers cite MQTT 5.0 unless marked "3.1.1:"; where both versions have the rule under
-//! different numbers, both are given.
+//! Citations follow docs/ARCHITECTURE.md, "Spec citations": `[MQTT-x.y.z-n]` is MQTT 5.0,
+//! `[3.1.1: MQTT-x.y.z-n]` is 3.1.1; where both versions have the rule under different numbers,
+//! both are given.
 
 use crate::error::DecodeError;
 use crate::packet::{
@@ -63,8 +64,8 @@ fn fixed_header_len(
     let header_len = 1 + used;
     let total = remaining + header_len as u32;
     if total > max_packet_size {
-        // [MQTT-3.1.2-24] (and 3.2.2.3.6 for the client): the receiver rejects packets above
-        // the Maximum Packet Size it announced, before reading the body.
+        // [MQTT-3.2.2-15] (§3.2.2.3.6; §3.1.2.11.4 for a client): a packet above the Maximum
+        // Packet Size the receiver announced is a Protocol Error, rejected before reading the body.
         return Err(DecodeError::PacketTooLarge {
             size: total,
             max: max_packet_size,
@@ -135,9 +136,9 @@ fn check_fixed_header(
             // [MQTT-3.3.1-2] The DUP flag MUST be set to 0 for all QoS 0 messages.
             !(flags & 0x08 != 0 && (flags >> 1) & 0x03 == 0)
         }
-        // [MQTT-2.1.3-1] (3.1.1: [MQTT-3.6.1-1] [MQTT-3.8.1-1] [MQTT-3.10.1-1]) reserved flags
-        // 0010. MQTT 3.1 sent these with QoS 1 and set DUP when re-sending them, so a v3.1
-        // session also accepts 1010.
+        // [MQTT-2.1.3-1] [MQTT-3.6.1-1] [MQTT-3.8.1-1] [MQTT-3.10.1-1] (same numbers in 3.1.1)
+        // reserved flags 0010. MQTT 3.1 sent these with QoS 1 and set DUP when re-sending them,
+        // so a v3.1 session also accepts 1010.
         PacketType::PubRel | PacketType::Subscribe | PacketType::Unsubscribe => {
             flags == 0x02 || (version == ProtocolVersion::V31 && flags == 0x0A)
         }
@@ -184,7 +185,7 @@ fn decode_body(
             while !r.is_empty() {
                 filters.push(r.read_string()?);
             }
-            // [MQTT-3.10.3-2] (3.1.1: [MQTT-3.10.3-2]) at least one topic filter.
+            // [MQTT-3.10.3-2] ([3.1.1: MQTT-3.10.3-2]) at least one topic filter.
             if filters.is_empty() {
                 return Err(DecodeError::NoTopicFilters);
             }
@@ -203,7 +204,7 @@ fn decode_body(
                     r.rest().iter().map(|&b| ReasonCode(b)).collect(),
                 )
             } else {
-                // 3.1.1 3.11.3: the UNSUBACK packet has no payload.
+                // 3.1.1 §3.11.3: the UNSUBACK packet has no payload.
                 (Properties::default(), Vec::new())
             };
             Packet::UnsubAck(UnsubAck {
@@ -264,7 +265,7 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
         (b"MQTT", 5) => ProtocolVersion::V5,
         // A known level announced under the other version's name.
         (b"MQTT", 3) | (b"MQIsdp", 4 | 5) => return Err(DecodeError::InvalidProtocolName),
-        // [MQTT-3.1.2-2] (3.1.1: [MQTT-3.1.2-2]): unsupported level, answered with CONNACK
+        // [MQTT-3.1.2-2] ([3.1.1: MQTT-3.1.2-2]): unsupported level, answered with CONNACK
         // 0x84 (v5) / 0x01 (v3).
         (_, level) => return Err(DecodeError::UnsupportedProtocolLevel(level)),
     };
@@ -283,13 +284,13 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
     let username_flag = flags & 0x80 != 0;
     if !will_flag && (will_qos != 0 || will_retain) {
         // [MQTT-3.1.2-11] Will Flag 0 => Will QoS 0; [MQTT-3.1.2-13] Will Flag 0 => Will Retain
-        // 0 (3.1.1: [MQTT-3.1.2-11] [MQTT-3.1.2-13] [MQTT-3.1.2-15]).
+        // 0 ([3.1.1: MQTT-3.1.2-11] [3.1.1: MQTT-3.1.2-13] [3.1.1: MQTT-3.1.2-15]).
         return Err(DecodeError::InvalidConnectFlags);
     }
-    // [MQTT-3.1.2-12] (3.1.1: [MQTT-3.1.2-14]) Will QoS 3 is malformed.
+    // [MQTT-3.1.2-12] ([3.1.1: MQTT-3.1.2-14]) Will QoS 3 is malformed.
     let will_qos = QoS::from_u8(will_qos).ok_or(DecodeError::InvalidQoS)?;
-    // 3.1.1: [MQTT-3.1.2-22] User Name Flag 0 => Password Flag 0 (MQTT 5.0 allows a password
-    // without a user name, 3.1.2.9).
+    // [3.1.1: MQTT-3.1.2-22] User Name Flag 0 => Password Flag 0 (MQTT 5.0 allows a password
+    // without a user name, §3.1.2.9).
     if !v5 && password_flag && !username_flag {
         return Err(DecodeError::InvalidConnectFlags);
     }
@@ -342,7 +343,7 @@ fn decode_connack(r: &mut Reader, version: ProtocolVersion) -> Result<ConnAck, D
         // MQTT 3.1 has no session present flag: the first byte is reserved and unused.
         ProtocolVersion::V31 => false,
         _ => {
-            // [MQTT-3.2.2-1] (3.1.1: 3.2.2.1) bits 7-1 are reserved and MUST be 0.
+            // [MQTT-3.2.2-1] (3.1.1 §3.2.2.1) bits 7-1 are reserved and MUST be 0.
             if ack_flags & 0xFE != 0 {
                 return Err(DecodeError::InvalidConnectFlags);
             }
@@ -406,7 +407,7 @@ fn decode_subscribe(r: &mut Reader, v5: bool) -> Result<Subscribe, DecodeError> 
         let options = r.read_u8()?;
         filters.push((filter, subscription_options(options, v5)?));
     }
-    // [MQTT-3.8.3-2] (3.1.1: [MQTT-3.8.3-3]) at least one topic filter / options pair.
+    // [MQTT-3.8.3-2] ([3.1.1: MQTT-3.8.3-3]) at least one topic filter / options pair.
     if filters.is_empty() {
         return Err(DecodeError::NoTopicFilters);
     }
@@ -419,16 +420,16 @@ fn decode_subscribe(r: &mut Reader, v5: bool) -> Result<Subscribe, DecodeError> 
 
 fn subscription_options(options: u8, v5: bool) -> Result<SubscriptionOptions, DecodeError> {
     if v5 {
-        // [MQTT-3.8.3-5] reserved bits 6-7 MUST be 0; 3.8.3.1: retain handling 3 is a
+        // [MQTT-3.8.3-5] reserved bits 6-7 MUST be 0; §3.8.3.1: retain handling 3 is a
         // protocol error.
         if options & 0xC0 != 0 || (options >> 4) & 0x03 == 3 {
             return Err(DecodeError::InvalidSubscriptionOptions);
         }
     } else if options & 0xFC != 0 {
-        // 3.1.1: [MQTT-3-8.3-4] the upper 6 bits of the requested QoS byte MUST be 0.
+        // [3.1.1: MQTT-3-8.3-4] the upper 6 bits of the requested QoS byte MUST be 0.
         return Err(DecodeError::InvalidSubscriptionOptions);
     }
-    // 3.8.3.1: maximum QoS 3 is a protocol error (3.1.1: [MQTT-3-8.3-4] malformed).
+    // §3.8.3.1: maximum QoS 3 is a protocol error ([3.1.1: MQTT-3-8.3-4] malformed).
     let qos = QoS::from_u8(options & 0x03).ok_or(DecodeError::InvalidQoS)?;
     Ok(SubscriptionOptions {
         qos,
@@ -498,15 +499,15 @@ impl Reader {
     /// A UTF-8 encoded string (1.5.4).
     pub(crate) fn read_string(&mut self) -> Result<ByteStr, DecodeError> {
         let bytes = self.read_binary()?;
-        // [MQTT-1.5.4-2] (3.1.1: [MQTT-1.5.3-2]) MUST NOT include U+0000.
+        // [MQTT-1.5.4-2] ([3.1.1: MQTT-1.5.3-2]) MUST NOT include U+0000.
         if bytes.contains(&0) {
             return Err(DecodeError::InvalidUtf8);
         }
-        // [MQTT-1.5.4-1] (3.1.1: [MQTT-1.5.3-1]) well-formed UTF-8, no surrogates.
+        // [MQTT-1.5.4-1] ([3.1.1: MQTT-1.5.3-1]) well-formed UTF-8, no surrogates.
         ByteStr::from_utf8(bytes).ok_or(DecodeError::InvalidUtf8)
     }
 
-    /// A packet identifier; 0 is not one [MQTT-2.2.1-3] (3.1.1: [MQTT-2.3.1-1]).
+    /// A packet identifier; 0 is not one [MQTT-2.2.1-3] ([3.1.1: MQTT-2.3.1-1]).
     pub(crate) fn read_packet_id(&mut self) -> Result<PacketId, DecodeError> {
         PacketId::new(self.read_u16()?).ok_or(DecodeError::ZeroPacketId)
     }

@@ -390,7 +390,7 @@ impl PublishLayout {
         properties: &Properties,
         payload_len: usize,
     ) -> Result<PublishLayout, EncodeError> {
-        // [MQTT-2.2.1-2] (3.1.1: [MQTT-2.3.1-5]) a packet identifier exactly when QoS > 0.
+        // [MQTT-2.2.1-2] ([3.1.1: MQTT-2.3.1-5]) a packet identifier exactly when QoS > 0.
         if packet_id.is_some() != (qos != QoS::AtMostOnce) {
             return Err(EncodeError::PacketIdMismatch);
         }

@@ -10,7 +10,8 @@ pub enum DecodeError {
     /// The remaining length's variable byte integer uses more than 4 bytes [MQTT-1.5.5-1].
     #[error("malformed remaining length")]
     MalformedRemainingLength,
-    /// The packet is larger than the maximum packet size the receiver allows [MQTT-3.1.2-24].
+    /// The packet is larger than the maximum packet size the receiver allows [MQTT-3.2.2-15]
+    /// (§3.1.2.11.4 for a client).
     #[error("packet of {size} bytes exceeds maximum packet size {max}")]
     PacketTooLarge {
         /// Total packet size in bytes.
@@ -56,14 +57,15 @@ pub enum DecodeError {
     /// A property that is not allowed in this packet type.
     #[error("property 0x{0:02X} not allowed in this packet")]
     PropertyNotAllowed(u8),
-    /// A property given twice that may appear only once [MQTT-2.2.2-2].
+    /// A property given twice that may appear only once (§2.2.2.2 and each property's section:
+    /// "It is a Protocol Error to include ... more than once").
     #[error("duplicate property 0x{0:02X}")]
     DuplicateProperty(u8),
     /// A property value outside its allowed range (e.g. receive maximum 0, a subscription
     /// identifier of 0, a payload format indicator other than 0/1).
     #[error("invalid value for property 0x{0:02X}")]
     InvalidPropertyValue(u8),
-    /// SUBSCRIBE or UNSUBSCRIBE without any topic filter [MQTT-3.8.3-3] [MQTT-3.10.3-2].
+    /// SUBSCRIBE or UNSUBSCRIBE without any topic filter [MQTT-3.8.3-2] [MQTT-3.10.3-2].
     #[error("no topic filters")]
     NoTopicFilters,
     /// Reserved bits of the subscription options set, or retain handling 3 [MQTT-3.8.3-5].

@@ -38,5 +38,5 @@ pub use properties::{Properties, PropertyId};
 pub use types::{ByteStr, PacketId, ProtocolVersion, QoS, ReasonCode};
 
 /// Largest value a variable byte integer can hold (268,435,455), so also the largest remaining
-/// length of any packet [MQTT-1.5.5].
+/// length of any packet (§1.5.5).
 pub const MAX_VARIABLE_INT: u32 = 268_435_455;

@@ -195,7 +195,7 @@ impl SubscriptionOptions {
 pub struct Subscribe {
     /// Packet identifier.
     pub packet_id: PacketId,
-    /// Topic filters with their options, in order; never empty [MQTT-3.8.3-3].
+    /// Topic filters with their options, in order; never empty [MQTT-3.8.3-2].
     pub filters: Vec<(ByteStr, SubscriptionOptions)>,
     /// v5 properties (subscription identifier, user properties).
     pub properties: Properties,

@@ -2,7 +2,8 @@
 //!
 //! One struct holds every property; the decoder checks that each property is allowed in the
 //! packet it arrived in and appears at most once (except User Property and, in PUBLISH,
-//! Subscription Identifier) [MQTT-2.2.2-2], and the encoder writes whatever is set.
+//! Subscription Identifier; §2.2.2.2 and each property's "It is a Protocol Error to include ...
+//! more than once"), and the encoder writes whatever is set.
 
 use crate::types::ByteStr;
 use bytes::Bytes;

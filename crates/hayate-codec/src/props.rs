@@ -72,8 +72,8 @@ struct PropRule {
     id: PropertyId,
     /// Contexts the property may appear in.
     allowed: u16,
-    /// Contexts in which it may appear more than once [MQTT-2.2.2-2] (User Property
-    /// everywhere, Subscription Identifier in PUBLISH [MQTT-3.3.4-4]).
+    /// Contexts in which it may appear more than once (§2.2.2.2: User Property everywhere,
+    /// Subscription Identifier in PUBLISH [MQTT-3.3.4-4]).
     repeatable: u16,
 }
 
@@ -99,7 +99,7 @@ const RULES: [PropRule; 27] = [
     PropRule {
         id: P::SubscriptionIdentifier,
         allowed: mask(&[C::Publish, C::Subscribe]),
-        // Several in PUBLISH [MQTT-3.3.4-4]; at most one in SUBSCRIBE (3.8.2.1.2).
+        // Several in PUBLISH [MQTT-3.3.4-4]; at most one in SUBSCRIBE (§3.8.2.1.2).
         repeatable: mask(&[C::Publish]),
     },
     rule(
@@ -182,7 +182,7 @@ pub(crate) fn repeatable_in(id: PropertyId, ctx: PropCtx) -> bool {
 
 fn set_once<T>(slot: &mut Option<T>, value: T, id: u8) -> Result<(), DecodeError> {
     if slot.is_some() {
-        // [MQTT-2.2.2-2] and "It is a Protocol Error to include X more than once".
+        // §2.2.2.2 and each property's "It is a Protocol Error to include X more than once".
         return Err(DecodeError::DuplicateProperty(id));
     }
     *slot = Some(value);
@@ -275,7 +275,7 @@ pub(crate) fn decode_properties(r: &mut Reader, ctx: PropCtx) -> Result<Properti
             // 3.1.2.11.3 / 3.2.2.3.3: "a Protocol Error ... to have the value 0".
             P::ReceiveMaximum => set_once(&mut p.receive_maximum, read_nonzero_u16(r, id)?, id)?,
             P::TopicAliasMaximum => set_once(&mut p.topic_alias_maximum, r.read_u16()?, id)?,
-            // 3.3.2.3.4: "A Topic Alias of 0 is not permitted" [MQTT-3.3.2-8].
+            // §3.3.2.3.4: "A Topic Alias of 0 is not permitted" [MQTT-3.3.2-8].
             P::TopicAlias => set_once(&mut p.topic_alias, read_nonzero_u16(r, id)?, id)?,
             // 3.2.2.3.4: "a Protocol Error ... to have a value other than 0 or 1".
             P::MaximumQos => set_once(&mut p.maximum_qos, read_flag_byte(r, id)?, id)?,

@@ -118,7 +118,7 @@ impl ReasonCode {
     pub const V3_SERVER_UNAVAILABLE: ReasonCode = ReasonCode(0x03);
     pub const V3_BAD_USER_NAME_OR_PASSWORD: ReasonCode = ReasonCode(0x04);
     pub const V3_NOT_AUTHORIZED: ReasonCode = ReasonCode(0x05);
-    /// v3.1.1 SUBACK failure return code [MQTT-3.9.3-2].
+    /// v3.1.1 SUBACK failure return code [3.1.1: MQTT-3.9.3-2].
     pub const V3_SUBACK_FAILURE: ReasonCode = ReasonCode(0x80);
 
     /// True for codes ≥ 0x80, which signal failure in v5.

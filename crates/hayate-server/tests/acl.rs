@@ -98,7 +98,7 @@ async fn publish_denied_v5_0x87_v3_acknowledged_and_dropped() {
     assert_eq!(watcher.subscribe("alice/#", QoS::AtLeastOnce, 1).await, [1]);
     let mut alice = as_user(&broker, V5, "alice", "alice").await;
 
-    // [MQTT-3.3.5-2] refused: PUBACK / PUBREC 0x87, nothing routed.
+    // Not authorized: PUBACK / PUBREC 0x87 (§3.4.2.1, §3.5.2.1), nothing routed.
     assert_eq!(
         publish_reason(&mut alice, "bob/x", QoS::AtLeastOnce, 1).await,
         0x87
@@ -107,7 +107,7 @@ async fn publish_denied_v5_0x87_v3_acknowledged_and_dropped() {
         publish_reason(&mut alice, "bob/y", QoS::ExactlyOnce, 2).await,
         0x87
     );
-    // The QoS 2 flow ended with the refusal: the packet id is free again [MQTT-4.3.3-4].
+    // The QoS 2 flow ended with the refusal: the packet id is free again [MQTT-4.3.3-9].
     assert_eq!(
         publish_reason(&mut alice, "alice/z", QoS::ExactlyOnce, 2).await,
         0x00

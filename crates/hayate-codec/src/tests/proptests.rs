@@ -199,7 +199,7 @@ fn arb_connect(version: ProtocolVersion) -> impl Strategy<Value = Packet> {
                 password,
                 properties,
             )| {
-                // 3.1.1 [MQTT-3.1.2-22]: no password without a user name.
+                // [3.1.1: MQTT-3.1.2-22]: no password without a user name.
                 if !version.is_v5() && password.is_some() && username.is_none() {
                     username = Some(s("user"));
                 }

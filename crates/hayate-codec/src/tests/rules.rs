@@ -116,7 +116,7 @@ fn mqtt_1_5_5_1_overlong_variable_int_is_malformed() {
 }
 
 #[test]
-fn mqtt_3_1_2_24_too_large_rejected_before_the_body_arrives() {
+fn mqtt_3_2_2_15_too_large_rejected_before_the_body_arrives() {
     // Fixed header only: 2 + 200 bytes announced.
     let mut buf = BytesMut::from(&[0x30, 0xC8, 0x01][..]);
     assert_eq!(
@@ -377,7 +377,7 @@ fn mqtt_3_1_2_15_v311_will_retain_must_be_zero_without_will_flag() {
 }
 
 #[test]
-fn mqtt_3_1_2_14_will_qos_3_is_malformed() {
+fn mqtt_3_1_2_12_will_qos_3_is_malformed() {
     let will = [0x00, 0x01, b'c', 0x00, 0x01, b'w', 0x00, 0x00];
     rejects(&connect(b"MQTT", 4, 0x1C, &will), V311, E::InvalidQoS);
     let will5 = [0x00, 0x00, 0x01, b'c', 0x00, 0x00, 0x01, b'w', 0x00, 0x00];
@@ -397,7 +397,7 @@ fn mqtt_3_1_2_22_v311_password_without_user_name_is_malformed() {
         V31,
         E::InvalidConnectFlags,
     );
-    // Allowed in MQTT 5.0 (3.1.2.9).
+    // Allowed in MQTT 5.0 (§3.1.2.9).
     let rest5 = [0x00, 0x00, 0x01, b'c', 0x00, 0x01, b'p'];
     assert!(dec(&connect(b"MQTT", 5, 0x40, &rest5), V5).is_ok());
 }

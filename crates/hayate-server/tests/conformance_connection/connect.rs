@@ -62,9 +62,10 @@ fn connect_with_level(level: u8) -> Vec<u8> {
     bytes
 }
 
-/// [MQTT-3.1.2-2] The Server MUST respond to the CONNECT packet with a CONNACK return code 0x01
-/// (unacceptable protocol level) and then disconnect the Client if the Protocol Level is not
-/// supported by the Server.
+/// [3.1.1: MQTT-3.1.2-2] The Server MUST respond to the CONNECT packet with a CONNACK return code
+/// 0x01 (unacceptable protocol level) and then disconnect the Client if the Protocol Level is not
+/// supported by the Server (v5 [MQTT-3.1.2-2] allows CONNACK 0x84; the 3.1.1 answer is the one
+/// every client level can read).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_1_2_2_unsupported_protocol_level_connack_0x01_then_close() {
     let broker = TestBroker::start().await;
@@ -150,8 +151,8 @@ async fn mqtt_3_1_2_3_connect_reserved_flag_must_be_zero() {
     assert_broker_serves(&broker).await;
 }
 
-/// 3.1.1 [MQTT-3.1.3-6] A Server MAY allow a Client to supply a ClientId of zero bytes; it
-/// MUST then assign a unique ClientId — accepted with Clean Session 1. 3.1.1 [MQTT-3.1.3-8]:
+/// [3.1.1: MQTT-3.1.3-6] A Server MAY allow a Client to supply a ClientId of zero bytes; it
+/// MUST then assign a unique ClientId — accepted with Clean Session 1. [3.1.1: MQTT-3.1.3-8]:
 /// with CleanSession 0 the Server MUST respond with CONNACK 0x02 and close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_1_3_8_v311_empty_client_id_needs_clean_session() {
@@ -197,11 +198,11 @@ async fn mqtt_3_1_3_7_v5_empty_client_id_gets_assigned_client_identifier() {
     disconnect(&mut client).await;
 }
 
-/// v5 [MQTT-3.1.3-8] / 3.1.1 [MQTT-3.1.3-9] If the Server rejects the ClientID it responds
+/// v5 [MQTT-3.1.3-8] / [3.1.1: MQTT-3.1.3-9] If the Server rejects the ClientID it responds
 /// with CONNACK 0x85 (v5) / 0x02 Identifier rejected (3.1.1) and then MUST close the Network
 /// Connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_1_3_9_client_id_longer_than_limit_rejected() {
+async fn mqtt_3_1_3_8_client_id_longer_than_limit_rejected() {
     let broker = TestBroker::start_with(|c| c.broker.max_client_id_len = 8).await;
     for version in VERSIONS {
         assert_connect_refused(
@@ -222,7 +223,7 @@ async fn mqtt_3_1_3_9_client_id_longer_than_limit_rejected() {
     }
 }
 
-/// v5 [MQTT-3.1.4-2] / 3.1.1 [MQTT-3.1.4-1] the Server SHOULD perform authentication; if it
+/// v5 [MQTT-3.1.4-2] / 3.1.1 §3.1.4 the Server SHOULD perform authentication; if it
 /// fails it refuses with CONNACK 0x87 Not authorized (v5) / 0x05 (3.1.1) and MUST close the
 /// Network Connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,7 +302,7 @@ async fn mqtt_3_2_2_3_connack_properties_announce_configured_limits() {
     disconnect(&mut client).await;
 }
 
-/// v5 [MQTT-3.2.2-7] / 3.1.1 [MQTT-3.2.2-5]: a Server over its connection limit refuses with
+/// v5 [MQTT-3.2.2-7] / [3.1.1: MQTT-3.2.2-5]: a Server over its connection limit refuses with
 /// CONNACK 0x97 Quota exceeded (v5) / 0x03 Server unavailable (3.1.1) and then MUST close the
 /// Network Connection; existing clients are unaffected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ use hayate_codec::ProtocolVersion;
 use hayate_testkit::{connect_packet, TestBroker};
 use std::time::{Duration, Instant};
 
-/// v5 [MQTT-3.1.2-22] / 3.1.1 [MQTT-3.1.2-24] If the Keep Alive value is non-zero and the
+/// v5 [MQTT-3.1.2-22] / [3.1.1: MQTT-3.1.2-24] If the Keep Alive value is non-zero and the
 /// Server does not receive a Control Packet from the Client within one and a half times the
 /// Keep Alive time period, it MUST disconnect the Network Connection (v5: DISCONNECT 0x8D
 /// Keep Alive timeout first, section 4.13).
@@ -31,9 +31,9 @@ async fn mqtt_3_1_2_22_keep_alive_timeout_closes_connection() {
     assert_broker_serves(&broker).await;
 }
 
-/// v5 / 3.1.1 [MQTT-3.12.4-1] The Server MUST send a PINGRESP packet in response to a PINGREQ
-/// packet; and any packet received resets the keep-alive clock, so a client that pings keeps
-/// its connection.
+/// [MQTT-3.12.4-1] (same number in 3.1.1) The Server MUST send a PINGRESP packet in response to
+/// a PINGREQ packet; and any packet received resets the keep-alive clock, so a client that pings
+/// keeps its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_12_4_1_pingreq_answered_and_keeps_connection_alive() {
     let broker = TestBroker::start().await;

@@ -85,7 +85,7 @@ fn publish_body(
     body
 }
 
-/// v5 [MQTT-1.5.5-1] / 3.1.1 section 2.2.3: the Remaining Length is a Variable Byte Integer of
+/// v5 [MQTT-1.5.5-1] / 3.1.1 §2.2.3: the Remaining Length is a Variable Byte Integer of
 /// at most four bytes; a fifth byte makes the packet malformed and the connection is closed
 /// (v5: DISCONNECT 0x81 Malformed Packet).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,7 +158,7 @@ async fn mqtt_3_2_2_15_packet_over_maximum_packet_size_refused_from_header() {
     }
 }
 
-/// v5 section 4.13 / 3.1.1 [MQTT-4.8.0-1]: on a protocol violation or Malformed Packet the
+/// v5 §4.13 / [3.1.1: MQTT-4.8.0-1]: on a protocol violation or Malformed Packet the
 /// receiver MUST close the Network Connection — here, bytes that are not MQTT at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_4_13_1_garbage_bytes_close_connection() {
@@ -180,8 +180,9 @@ async fn mqtt_4_13_1_garbage_bytes_close_connection() {
     }
 }
 
-/// v5 / 3.1.1 [MQTT-3.3.1-4] A PUBLISH packet MUST NOT have both QoS bits set to 1; a Server
-/// receiving one MUST close the Network Connection (v5: Malformed Packet, DISCONNECT 0x81).
+/// [MQTT-3.3.1-4] (same number in 3.1.1) A PUBLISH packet MUST NOT have both QoS bits set to 1;
+/// a Server receiving one MUST close the Network Connection (v5: Malformed Packet, DISCONNECT
+/// 0x81).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_1_4_publish_qos_3_is_malformed() {
     let broker = TestBroker::start().await;
@@ -191,9 +192,9 @@ async fn mqtt_3_3_1_4_publish_qos_3_is_malformed() {
     }
 }
 
-/// v5 / 3.1.1 [MQTT-3.8.1-1] Bits 3,2,1,0 of the SUBSCRIBE fixed header are reserved and MUST
-/// be 0,0,1,0; the Server MUST treat any other value as malformed and close the Network
-/// Connection (v5: DISCONNECT 0x81).
+/// [MQTT-3.8.1-1] (same number in 3.1.1) Bits 3,2,1,0 of the SUBSCRIBE fixed header are
+/// reserved and MUST be 0,0,1,0; the Server MUST treat any other value as malformed and close
+/// the Network Connection (v5: DISCONNECT 0x81).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_8_1_1_subscribe_wrong_fixed_header_flags_is_malformed() {
     let broker = TestBroker::start().await;
@@ -214,7 +215,7 @@ async fn mqtt_3_8_1_1_subscribe_wrong_fixed_header_flags_is_malformed() {
     }
 }
 
-/// v5 [MQTT-1.5.4-2] / 3.1.1 [MQTT-1.5.3-2] A UTF-8 Encoded String MUST NOT include an encoding
+/// v5 [MQTT-1.5.4-2] / [3.1.1: MQTT-1.5.3-2] A UTF-8 Encoded String MUST NOT include an encoding
 /// of the null character U+0000; a receiver getting one MUST close the Network Connection
 /// (v5: Malformed Packet).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,8 +253,8 @@ async fn mqtt_2_2_2_2_duplicate_property_is_protocol_error() {
     .await;
 }
 
-/// v5 / 3.1.1 [MQTT-3.3.2-2] The Topic Name in the PUBLISH packet MUST NOT contain wildcard
-/// characters (v5: DISCONNECT 0x90 Topic Name invalid; 3.1.1: close).
+/// [MQTT-3.3.2-2] (same number in 3.1.1) The Topic Name in the PUBLISH packet MUST NOT contain
+/// wildcard characters (v5: DISCONNECT 0x90 Topic Name invalid; 3.1.1: close).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_3_2_2_publish_topic_with_wildcard_is_refused() {
     let broker = TestBroker::start().await;
@@ -281,7 +282,7 @@ async fn mqtt_3_3_2_2_publish_topic_with_wildcard_is_refused() {
     }
 }
 
-/// v5 section 4.13.2 / 3.1.1 [MQTT-4.8.0-1]: CONNACK and SUBACK are sent only by the Server; a
+/// v5 §4.13.2 / [3.1.1: MQTT-4.8.0-1]: CONNACK and SUBACK are sent only by the Server; a
 /// Client sending one commits a protocol violation and the connection is closed (v5:
 /// DISCONNECT 0x82 Protocol Error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

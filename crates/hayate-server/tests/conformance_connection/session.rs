@@ -20,9 +20,9 @@ async fn park_session(
     disconnect(&mut client).await;
 }
 
-/// v5 [MQTT-3.2.2-2] / 3.1.1 [MQTT-3.2.2-1] If the Server accepts a connection with Clean
+/// v5 [MQTT-3.2.2-2] / [3.1.1: MQTT-3.2.2-1] If the Server accepts a connection with Clean
 /// Start / CleanSession set to 1, it MUST set Session Present to 0 in the CONNACK; v5
-/// [MQTT-3.1.2-4] / 3.1.1 [MQTT-3.1.2-6] any existing Session MUST be discarded.
+/// [MQTT-3.1.2-4] / [3.1.1: MQTT-3.1.2-6] any existing Session MUST be discarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_2_2_2_clean_start_session_present_0_and_old_session_discarded() {
     let broker = TestBroker::start().await;
@@ -55,7 +55,7 @@ async fn mqtt_3_2_2_2_clean_start_session_present_0_and_old_session_discarded() 
     }
 }
 
-/// v5 [MQTT-3.2.2-3] / 3.1.1 [MQTT-3.2.2-3] If the Server accepts a connection with Clean
+/// v5 [MQTT-3.2.2-3] / [3.1.1: MQTT-3.2.2-3] If the Server accepts a connection with Clean
 /// Start 0 and has no Session State for the ClientID, it MUST set Session Present to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_2_2_3_no_stored_session_session_present_0() {
@@ -68,8 +68,8 @@ async fn mqtt_3_2_2_3_no_stored_session_session_present_0() {
     }
 }
 
-/// v5 [MQTT-3.2.2-3] / 3.1.1 [MQTT-3.2.2-2] With Clean Start 0 and stored Session State the
-/// Server MUST set Session Present to 1; v5 [MQTT-3.1.2-5] / 3.1.1 [MQTT-3.1.2-4] it MUST
+/// v5 [MQTT-3.2.2-3] / [3.1.1: MQTT-3.2.2-2] With Clean Start 0 and stored Session State the
+/// Server MUST set Session Present to 1; v5 [MQTT-3.1.2-5] / [3.1.1: MQTT-3.1.2-4] it MUST
 /// resume the session, subscriptions included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_2_2_3_persistent_session_resumed_with_subscriptions() {
@@ -97,12 +97,13 @@ async fn mqtt_3_2_2_3_persistent_session_resumed_with_subscriptions() {
     }
 }
 
-/// 3.1.1 [MQTT-3.1.2-5] After the disconnection of a Session that had CleanSession 0, the
-/// Server MUST store further QoS 1 and QoS 2 messages that match any subscriptions the client
-/// had at the time of disconnection (v5 section 4.1: part of the Session State) and deliver
-/// them when the client reconnects. QoS 0 messages are optional and not stored by default.
+/// [MQTT-4.5.0-1] (v5 §4.1: part of the Session State) / [3.1.1: MQTT-3.1.2-5] After the
+/// disconnection of a Session that had CleanSession 0, the Server MUST store further QoS 1 and
+/// QoS 2 messages that match any subscriptions the client had at the time of disconnection and
+/// deliver them when the client reconnects. QoS 0 messages are optional and not stored by
+/// default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_1_2_5_qos1_qos2_queued_while_offline_qos0_not() {
+async fn mqtt_4_5_0_1_qos1_qos2_queued_while_offline_qos0_not() {
     let broker = TestBroker::start().await;
     for version in VERSIONS {
         let id = cid("offline", version);
@@ -142,7 +143,7 @@ async fn mqtt_3_1_2_5_qos1_qos2_queued_while_offline_qos0_not() {
     }
 }
 
-/// v5 [MQTT-4.4.0-1] / 3.1.1 [MQTT-4.4.0-1] When a Client reconnects with Clean Start 0 the
+/// v5 [MQTT-4.4.0-1] / [3.1.1: MQTT-4.4.0-1] When a Client reconnects with Clean Start 0 the
 /// Server MUST resend any unacknowledged PUBLISH packets (QoS > 0) using their original Packet
 /// Identifiers; [MQTT-3.3.1-1] the DUP flag MUST be set to 1 on a re-delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,9 +184,9 @@ async fn mqtt_4_4_0_1_unacknowledged_publish_redelivered_with_dup_and_same_id() 
     }
 }
 
-/// v5 [MQTT-4.4.0-1] / 3.1.1 [MQTT-4.4.0-1] On reconnection with Clean Start 0 the Server MUST
+/// v5 [MQTT-4.4.0-1] / [3.1.1: MQTT-4.4.0-1] On reconnection with Clean Start 0 the Server MUST
 /// resend any unacknowledged PUBREL packets using their original Packet Identifiers (the
-/// PUBLISH itself is not sent again once PUBREC was received, [MQTT-4.3.3-5]).
+/// PUBLISH itself is not sent again once PUBREL was sent, [MQTT-4.3.3-6]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_4_4_0_1_pubrel_resent_after_reconnect() {
     let broker = TestBroker::start().await;
@@ -285,11 +286,11 @@ async fn mqtt_4_1_0_2_session_discarded_after_expiry_interval() {
     disconnect(&mut publisher).await;
 }
 
-/// v5 [MQTT-3.14.2-2] If the Session Expiry Interval in the CONNECT packet was zero, then it is
+/// v5 §3.14.2.2.2: If the Session Expiry Interval in the CONNECT packet was zero, then it is
 /// a Protocol Error to set a non-zero Session Expiry Interval in the DISCONNECT packet sent by
 /// the Client (the Server answers DISCONNECT 0x82 and closes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_14_2_2_disconnect_cannot_raise_zero_session_expiry() {
+async fn mqtt_3_14_2_2_2_disconnect_cannot_raise_zero_session_expiry() {
     let broker = TestBroker::start().await;
     let (mut client, _) = connect_ok(
         &broker,
@@ -312,11 +313,11 @@ async fn mqtt_3_14_2_2_disconnect_cannot_raise_zero_session_expiry() {
     disconnect(&mut client).await;
 }
 
-/// v5 section 3.14.2.2.2: the Client may change a non-zero Session Expiry Interval in
+/// v5 §3.14.2.2.2: the Client may change a non-zero Session Expiry Interval in
 /// DISCONNECT; the new value governs the session (raised: still present later; lowered to 0:
 /// ends now).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_14_2_2_disconnect_changes_nonzero_session_expiry() {
+async fn mqtt_3_14_2_2_2_disconnect_changes_nonzero_session_expiry() {
     let broker = TestBroker::start().await;
     let version = ProtocolVersion::V5;
 
@@ -353,7 +354,7 @@ async fn mqtt_3_14_2_2_disconnect_changes_nonzero_session_expiry() {
     disconnect(&mut client).await;
 }
 
-/// v5 [MQTT-3.1.4-3] / 3.1.1 [MQTT-3.1.4-2] If the ClientID represents a Client already
+/// v5 [MQTT-3.1.4-3] / [3.1.1: MQTT-3.1.4-2] If the ClientID represents a Client already
 /// connected to the Server, the Server sends the existing Client DISCONNECT 0x8E (Session taken
 /// over, v5) and MUST close its Network Connection; the new connection works normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,7 +42,7 @@ async fn expect_will(
     publish
 }
 
-/// v5 [MQTT-3.1.2-8] / 3.1.1 [MQTT-3.1.2-8] The Will Message MUST be published when the
+/// v5 [MQTT-3.1.2-8] / [3.1.1: MQTT-3.1.2-8] The Will Message MUST be published when the
 /// Network Connection is subsequently closed (here: the TCP connection drops without
 /// DISCONNECT).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +74,7 @@ async fn mqtt_3_1_2_8_will_published_on_abnormal_close() {
     }
 }
 
-/// v5 [MQTT-3.14.4-3] / 3.1.1 [MQTT-3.14.4-3] On receipt of DISCONNECT (v5: with Reason Code
+/// v5 [MQTT-3.14.4-3] / [3.1.1: MQTT-3.14.4-3] On receipt of DISCONNECT (v5: with Reason Code
 /// 0x00) the Server MUST discard any Will Message associated with the current Connection
 /// without publishing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +129,7 @@ async fn mqtt_3_14_2_1_disconnect_0x04_publishes_will() {
     disconnect(&mut watcher).await;
 }
 
-/// v5 [MQTT-3.1.2-15] / 3.1.1 [MQTT-3.1.2-17] If Will Retain is set to 1, the Server MUST
+/// v5 [MQTT-3.1.2-15] / [3.1.1: MQTT-3.1.2-17] If Will Retain is set to 1, the Server MUST
 /// publish the Will Message as a retained message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_1_2_15_will_retain_published_as_retained() {
@@ -281,8 +281,8 @@ async fn mqtt_3_1_2_5_will_sent_when_session_expires_before_delay() {
     disconnect(&mut watcher).await;
 }
 
-/// v5 [MQTT-3.1.2-22] / 3.1.1 [MQTT-3.1.2-24] a keep-alive timeout closes the connection "as if
-/// the network had failed", so v5 [MQTT-3.1.2-8] / 3.1.1 [MQTT-3.1.2-8] the Will is published.
+/// v5 [MQTT-3.1.2-22] / [3.1.1: MQTT-3.1.2-24] a keep-alive timeout closes the connection "as if
+/// the network had failed", so v5 [MQTT-3.1.2-8] / [3.1.1: MQTT-3.1.2-8] the Will is published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_1_2_8_will_published_on_keep_alive_timeout() {
     let broker = TestBroker::start().await;
@@ -310,12 +310,12 @@ async fn mqtt_3_1_2_8_will_published_on_keep_alive_timeout() {
     }
 }
 
-/// 3.1.1 [MQTT-3.1.4-2] the Server disconnects an existing Client whose ClientId connects
-/// again; that is not a DISCONNECT from the client, so [MQTT-3.1.2-8] its Will is published.
-/// (v5 section 3.1.4: with a Will Delay Interval of 0 the Will is sent because the Network
-/// Connection is closed.)
+/// [MQTT-3.1.4-3] / [3.1.1: MQTT-3.1.4-2] the Server disconnects an existing Client whose
+/// ClientId connects again; that is not a DISCONNECT from the client, so [MQTT-3.1.2-8] its Will
+/// is published (v5 §3.1.4: with a Will Delay Interval of 0 the Will is sent because the
+/// Network Connection is closed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_1_4_2_will_published_on_takeover() {
+async fn mqtt_3_1_4_3_will_published_on_takeover() {
     let broker = TestBroker::start().await;
     for version in VERSIONS {
         for clean in [true, false] {
@@ -350,7 +350,7 @@ async fn mqtt_3_1_4_2_will_published_on_takeover() {
     }
 }
 
-/// v5 [MQTT-3.1.2-8] / 3.1.1 [MQTT-3.1.2-8]: a connection the Server closes because of a
+/// v5 [MQTT-3.1.2-8] / [3.1.1: MQTT-3.1.2-8]: a connection the Server closes because of a
 /// protocol violation was not ended by DISCONNECT, so its Will Message is published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_3_1_2_8_will_published_when_server_closes_for_protocol_error() {

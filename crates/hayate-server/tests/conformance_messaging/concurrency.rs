@@ -224,8 +224,8 @@ async fn run_client(
     }
 }
 
-/// [MQTT-4.3.2-*] QoS 1 "at least once" — with no reconnects, exactly once here — and
-/// [MQTT-4.3.3-*] QoS 2 "exactly once": under concurrent load every message reaches every
+/// §4.3.2: QoS 1 "at least once" — with no reconnects, exactly once here — and
+/// §4.3.3: QoS 2 "exactly once": under concurrent load every message reaches every
 /// matching subscriber exactly once, none is lost, none is duplicated, each at the published
 /// QoS (all subscriptions grant QoS 2 [MQTT-3.8.4-8]), with one copy per client for
 /// overlapping subscriptions [MQTT-3.3.4-2].

@@ -176,7 +176,7 @@ async fn mqtt_3_3_4_7_receive_maximum_exceeded_disconnect_0x93() {
 
 /// [MQTT-4.5.0-1] "When a Server takes ownership of an incoming Application Message it MUST add
 /// it to the Session State for those Clients that have matching Subscriptions" and queued
-/// messages are sent when the client is back (§4.1; 3.1.1 [MQTT-3.1.2-5]): a backlog larger
+/// messages are sent when the client is back (§4.1; [3.1.1: MQTT-3.1.2-5]): a backlog larger
 /// than what the broker writes in one go (~256 KiB) is delivered in full, with no further
 /// packet from the client needed to move it along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -680,10 +680,10 @@ async fn mqtt_3_4_2_1_puback_no_matching_subscribers() {
 }
 
 /// Publish authorisation: v5 PUBACK/PUBREC 0x87 Not authorized (§3.4.2.1) and the message is
-/// not delivered; 3.1.1 [MQTT-3.3.5-2] "It MUST either make a positive acknowledgement,
+/// not delivered; [3.1.1: MQTT-3.3.5-2] "It MUST either make a positive acknowledgement,
 /// according to the normal QoS rules, or close the Network Connection" — and not deliver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_3_5_2_unauthorised_publish_acknowledged_not_delivered() {
+async fn mqtt_3_4_2_1_unauthorised_publish_acknowledged_not_delivered() {
     let broker =
         TestBroker::start_with(|c| c.auth.deny_publish = vec!["test/nopublish".into()]).await;
     let mut sub = client(&broker, V5, "sub").await;
@@ -725,11 +725,10 @@ async fn mqtt_3_3_5_2_unauthorised_publish_acknowledged_not_delivered() {
     );
 }
 
-/// [MQTT-3.3.2-4] / §3.3.2.3.2: a receiver may check a payload declared UTF-8 (Payload Format
-/// Indicator 1) and answer an invalid one with 0x99 Payload format invalid; the message is not
-/// delivered.
+/// §3.3.2.3.2: a receiver may check a payload declared UTF-8 (Payload Format Indicator 1) and
+/// answer an invalid one with 0x99 Payload format invalid; the message is not delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_3_3_2_4_invalid_utf8_payload_refused_0x99() {
+async fn mqtt_3_3_2_3_2_invalid_utf8_payload_refused_0x99() {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, V5, "sub").await;
     sub.subscribe("pf/#", QoS::AtLeastOnce, 1).await;

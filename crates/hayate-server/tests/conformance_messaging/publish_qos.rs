@@ -14,7 +14,7 @@ both_versions!(
     mqtt_4_3_3_12_packet_id_reused_after_pubcomp_is_new_message,
     mqtt_4_3_3_4_outbound_qos2_flow_uses_one_packet_id,
     mqtt_3_8_4_8_delivery_qos_is_minimum_of_published_and_granted,
-    mqtt_2_2_1_3_outbound_packet_ids_non_zero_and_unique_while_in_flight,
+    mqtt_2_2_1_4_outbound_packet_ids_non_zero_and_unique_while_in_flight,
     mqtt_4_6_0_5_messages_from_one_client_delivered_in_order,
 );
 
@@ -38,9 +38,9 @@ async fn mqtt_4_3_1_1_qos0_delivered_without_packet_id_and_dup_0(version: Protoc
 }
 
 /// [MQTT-4.3.2-4] "In the QoS 1 delivery protocol, the receiver MUST respond with a PUBACK
-/// packet containing the Packet Identifier from the incoming PUBLISH packet" (3.1.1
-/// [MQTT-4.3.2-2]); as sender the server forwards a QoS 1 PUBLISH with a Packet Identifier
-/// and DUP 0 (v5 [MQTT-4.3.2-2]).
+/// packet containing the Packet Identifier from the incoming PUBLISH packet"
+/// ([3.1.1: MQTT-4.3.2-2]); as sender the server forwards a QoS 1 PUBLISH with a Packet
+/// Identifier and DUP 0 (v5 [MQTT-4.3.2-2]).
 async fn mqtt_4_3_2_4_puback_carries_publish_packet_id(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -69,8 +69,8 @@ async fn mqtt_4_3_2_4_puback_carries_publish_packet_id(version: ProtocolVersion)
 
 /// [MQTT-4.3.3-8] "the receiver MUST respond with a PUBREC containing the Packet Identifier
 /// from the incoming PUBLISH packet"; [MQTT-4.3.3-11] "MUST respond to a PUBREL packet by
-/// sending a PUBCOMP packet containing the same Packet Identifier as the PUBREL" (3.1.1
-/// [MQTT-4.3.3-2]).
+/// sending a PUBCOMP packet containing the same Packet Identifier as the PUBREL"
+/// ([3.1.1: MQTT-4.3.3-2]).
 async fn mqtt_4_3_3_8_pubrec_and_pubcomp_carry_publish_packet_id(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -98,7 +98,7 @@ async fn mqtt_4_3_3_8_pubrec_and_pubcomp_carry_publish_packet_id(version: Protoc
 /// [MQTT-4.3.3-10] "Until it has received the corresponding PUBREL packet, the receiver MUST
 /// acknowledge any subsequent PUBLISH packet with the same Packet Identifier by sending a
 /// PUBREC. It MUST NOT cause duplicate messages to be delivered to any onward recipients in
-/// this case" (3.1.1 [MQTT-4.3.3-2], §4.3.3 method B).
+/// this case" ([3.1.1: MQTT-4.3.3-2], §4.3.3 method B).
 async fn mqtt_4_3_3_10_qos2_retransmission_before_pubrel_delivered_once(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub1 = client(&broker, version, "sub1").await;
@@ -137,7 +137,7 @@ async fn mqtt_4_3_3_10_qos2_retransmission_before_pubrel_delivered_once(version:
 
 /// [MQTT-4.3.3-11] "the receiver MUST respond to a PUBREL packet by sending a PUBCOMP packet
 /// containing the same Packet Identifier as the PUBREL"; v5 reason 0x92 (Packet Identifier
-/// not found) when the id is unknown (§3.7.2.1). 3.1.1: [MQTT-4.3.3-2] / §3.7 PUBCOMP.
+/// not found) when the id is unknown (§3.7.2.1). [3.1.1: MQTT-4.3.3-2] / §3.7 PUBCOMP.
 async fn mqtt_4_3_3_11_pubrel_for_unknown_packet_id_answered_with_pubcomp(
     version: ProtocolVersion,
 ) {
@@ -165,7 +165,7 @@ async fn mqtt_4_3_3_11_pubrel_for_unknown_packet_id_answered_with_pubcomp(
 
 /// [MQTT-4.3.3-12] "After it has sent a PUBCOMP, the receiver MUST treat any subsequent
 /// PUBLISH packet that contains that Packet Identifier as being a new Application Message"
-/// (3.1.1 [MQTT-4.3.3-2] method B); likewise after PUBACK at QoS 1 [MQTT-4.3.2-5].
+/// ([3.1.1: MQTT-4.3.3-2] method B); likewise after PUBACK at QoS 1 [MQTT-4.3.2-5].
 async fn mqtt_4_3_3_12_packet_id_reused_after_pubcomp_is_new_message(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -215,7 +215,7 @@ async fn mqtt_4_3_3_12_packet_id_reused_after_pubcomp_is_new_message(version: Pr
 
 /// [MQTT-4.3.3-4] "the sender MUST send a PUBREL packet when it receives a PUBREC packet from
 /// the receiver ... This PUBREL packet MUST contain the same Packet Identifier as the original
-/// PUBLISH packet" (3.1.1 [MQTT-4.3.3-1]); the broker is the sender towards subscribers.
+/// PUBLISH packet" ([3.1.1: MQTT-4.3.3-1]); the broker is the sender towards subscribers.
 async fn mqtt_4_3_3_4_outbound_qos2_flow_uses_one_packet_id(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -236,7 +236,7 @@ async fn mqtt_4_3_3_4_outbound_qos2_flow_uses_one_packet_id(version: ProtocolVer
 
 /// [MQTT-3.8.4-8] "The QoS of Application Messages sent in response to a Subscription MUST
 /// be the minimum of the QoS of the originally published message and the Maximum QoS granted
-/// by the Server" (3.1.1 [MQTT-3.8.4-6] / §3.8.4).
+/// by the Server" ([3.1.1: MQTT-3.8.4-6] / §3.8.4).
 async fn mqtt_3_8_4_8_delivery_qos_is_minimum_of_published_and_granted(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let qos_levels = [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce];
@@ -277,11 +277,10 @@ async fn mqtt_3_8_4_8_delivery_qos_is_minimum_of_published_and_granted(version: 
     }
 }
 
-/// [MQTT-2.2.1-3] "Each time a Client sends a new SUBSCRIBE, UNSUBSCRIBE, or PUBLISH (where
-/// QoS > 0) MQTT Control Packet it MUST assign it a non-zero Packet Identifier that is
-/// currently unused" — the same holds for the server (§2.2.1; [MQTT-4.3.2-1],
-/// [MQTT-4.3.3-1]: "assign an unused Packet Identifier").
-async fn mqtt_2_2_1_3_outbound_packet_ids_non_zero_and_unique_while_in_flight(
+/// [MQTT-2.2.1-4] "Each time a Server sends a new PUBLISH (with QoS > 0) MQTT Control Packet
+/// it MUST assign it a non zero Packet Identifier that is currently unused" ([MQTT-4.3.2-1],
+/// [MQTT-4.3.3-1]: "assign an unused Packet Identifier"; [3.1.1: MQTT-2.3.1-4]).
+async fn mqtt_2_2_1_4_outbound_packet_ids_non_zero_and_unique_while_in_flight(
     version: ProtocolVersion,
 ) {
     let broker = TestBroker::start().await;
@@ -359,7 +358,7 @@ async fn mqtt_2_2_1_3_outbound_packet_ids_non_zero_and_unique_while_in_flight(
 /// [MQTT-4.6.0-5] "When a Server processes a message that has been published to an Ordered
 /// Topic, it MUST send PUBLISH packets to consumers (for the same Topic and QoS) in the order
 /// that they were received from any given Client"; [MQTT-4.6.0-6] every topic is ordered by
-/// default (3.1.1 [MQTT-4.6.0-5], [MQTT-4.6.0-6]).
+/// default ([3.1.1: MQTT-4.6.0-5], [3.1.1: MQTT-4.6.0-6]).
 async fn mqtt_4_6_0_5_messages_from_one_client_delivered_in_order(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut subs = Vec::new();

@@ -42,9 +42,9 @@ async fn retained_for(
 
 /// [MQTT-3.3.1-5] "If the RETAIN flag is set to 1 in a PUBLISH packet sent by a Client to a
 /// Server, the Server MUST replace any existing retained message for this topic and store the
-/// Application Message"; on a new subscription it is sent with RETAIN 1 (§3.3.1.3; 3.1.1
-/// [MQTT-3.3.1-5], [MQTT-3.3.1-6], [MQTT-3.3.1-8]) at the minimum of its QoS and the granted
-/// QoS [MQTT-3.8.4-8].
+/// Application Message"; on a new subscription it is sent with RETAIN 1 (§3.3.1.3;
+/// [3.1.1: MQTT-3.3.1-5], [3.1.1: MQTT-3.3.1-6], [3.1.1: MQTT-3.3.1-8]) at the minimum of its
+/// QoS and the granted QoS [MQTT-3.8.4-8].
 async fn mqtt_3_3_1_5_retained_message_stored_and_sent_on_subscribe(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
@@ -64,7 +64,7 @@ async fn mqtt_3_3_1_5_retained_message_stored_and_sent_on_subscribe(version: Pro
     for message in &got {
         assert!(
             message.retain,
-            "[MQTT-3.3.1-8 (3.1.1)] RETAIN 1 on subscribe: {message:?}"
+            "§3.3.1.3 / [3.1.1: MQTT-3.3.1-8] RETAIN 1 on subscribe: {message:?}"
         );
         let published = match message.topic.as_str() {
             "ret/q0" => QoS::AtMostOnce,
@@ -79,7 +79,7 @@ async fn mqtt_3_3_1_5_retained_message_stored_and_sent_on_subscribe(version: Pro
 }
 
 /// [MQTT-3.3.1-5] the Server "MUST replace any existing retained message for this topic"
-/// (3.1.1 [MQTT-3.3.1-5]; a QoS 0 retained message replaces it too, [MQTT-3.3.1-7] in 3.1.1).
+/// ([3.1.1: MQTT-3.3.1-5]; a QoS 0 retained message replaces it too, [3.1.1: MQTT-3.3.1-7]).
 async fn mqtt_3_3_1_5_retained_message_replaced(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
@@ -98,8 +98,8 @@ async fn mqtt_3_3_1_5_retained_message_replaced(version: ProtocolVersion) {
 /// [MQTT-3.3.1-6] "If the Payload contains zero bytes it is processed normally by the Server
 /// but any retained message with the same topic name MUST be removed and any future
 /// subscribers for the topic will not receive a retained message"; [MQTT-3.3.1-7] "A retained
-/// message with a Payload containing zero bytes MUST NOT be stored" (3.1.1 [MQTT-3.3.1-10],
-/// [MQTT-3.3.1-11]).
+/// message with a Payload containing zero bytes MUST NOT be stored" ([3.1.1: MQTT-3.3.1-10],
+/// [3.1.1: MQTT-3.3.1-11]).
 async fn mqtt_3_3_1_6_empty_retained_payload_clears_retained_message(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
@@ -142,7 +142,7 @@ async fn mqtt_3_3_1_6_empty_retained_payload_clears_retained_message(version: Pr
 
 /// [MQTT-3.3.1-8] "If the RETAIN flag is 0 in a PUBLISH packet sent by a Client to a Server,
 /// the Server MUST NOT store the message as a retained message and MUST NOT remove or replace
-/// any existing retained message" (3.1.1 [MQTT-3.3.1-12]).
+/// any existing retained message" ([3.1.1: MQTT-3.3.1-12]).
 async fn mqtt_3_3_1_8_non_retained_publish_leaves_retained_message(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;
@@ -172,7 +172,7 @@ async fn mqtt_3_3_1_8_non_retained_publish_leaves_retained_message(version: Prot
 
 /// [MQTT-3.3.1-12] "If the value of Retain As Published subscription option is set to 0, the
 /// Server MUST set the RETAIN flag to 0 when forwarding an Application Message regardless of
-/// how the RETAIN flag was set in the received PUBLISH packet" (3.1.1 [MQTT-3.3.1-9]: "It MUST
+/// how the RETAIN flag was set in the received PUBLISH packet" ([3.1.1: MQTT-3.3.1-9]: "It MUST
 /// set the RETAIN flag to 0 when a PUBLISH Packet is sent to a Client because it matches an
 /// established subscription").
 async fn mqtt_3_3_1_12_live_delivery_has_retain_0(version: ProtocolVersion) {
@@ -196,7 +196,7 @@ async fn mqtt_3_3_1_12_live_delivery_has_retain_0(version: ProtocolVersion) {
 
 /// [MQTT-3.8.4-4] "If the Retain Handling option is 0, any existing retained messages matching
 /// the Topic Filter MUST be re-sent, but Application Messages MUST NOT be lost due to
-/// replacing the Subscription" (3.1.1 [MQTT-3.8.4-3]).
+/// replacing the Subscription" ([3.1.1: MQTT-3.8.4-3]).
 async fn mqtt_3_8_4_4_resubscribe_resends_retained_messages(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut publisher = client(&broker, version, "pub").await;

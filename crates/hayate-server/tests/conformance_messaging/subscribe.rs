@@ -19,7 +19,8 @@ both_versions!(
 
 /// [MQTT-3.9.3-1] "The order of Reason Codes in the SUBACK packet MUST match the order of
 /// Topic Filters in the SUBSCRIBE packet"; [MQTT-3.8.4-5] several filters are handled as a
-/// sequence of SUBSCRIBEs with one combined SUBACK (3.1.1 [MQTT-3.9.3-1], [MQTT-3.8.4-4]).
+/// sequence of SUBSCRIBEs with one combined SUBACK ([3.1.1: MQTT-3.9.3-1],
+/// [3.1.1: MQTT-3.8.4-4]).
 async fn mqtt_3_9_3_1_suback_codes_in_filter_order(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -42,7 +43,7 @@ async fn mqtt_3_9_3_1_suback_codes_in_filter_order(version: ProtocolVersion) {
 
 /// [MQTT-3.8.4-7] "This Reason Code MUST either show the maximum QoS that was granted for that
 /// Subscription or indicate that the subscription failed"; the server may grant less than
-/// requested (§3.8.4), here because `broker.max_qos` is 1 (3.1.1 [MQTT-3.8.4-6]).
+/// requested (§3.8.4), here because `broker.max_qos` is 1 ([3.1.1: MQTT-3.8.4-6]).
 async fn mqtt_3_8_4_7_granted_qos_capped_by_server_maximum(version: ProtocolVersion) {
     let broker = TestBroker::start_with(|c| c.broker.max_qos = 1).await;
     let mut sub = client(&broker, version, "sub").await;
@@ -95,7 +96,7 @@ async fn mqtt_4_7_1_1_invalid_filter_refused_while_others_granted(version: Proto
 
 /// [MQTT-3.8.4-3] "If a Server receives a SUBSCRIBE packet containing a Topic Filter that is
 /// identical to a Non-shared Subscription's Topic Filter for the current Session, then it MUST
-/// replace that existing Subscription with a new Subscription" (3.1.1 [MQTT-3.8.4-3]).
+/// replace that existing Subscription with a new Subscription" ([3.1.1: MQTT-3.8.4-3]).
 async fn mqtt_3_8_4_3_resubscribe_replaces_subscription(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -161,7 +162,8 @@ async fn mqtt_3_9_3_2_denied_subscription_refused_not_authorized(version: Protoc
 /// [MQTT-3.10.4-2] "When a Server receives UNSUBSCRIBE It MUST stop adding any new messages
 /// which match the Topic Filters, for delivery to the Client"; [MQTT-3.10.4-4]/-5 UNSUBACK with
 /// the same Packet Identifier even when nothing was deleted; v5 reason 0x00 Success or 0x11
-/// No subscription existed [MQTT-3.11.3-2] (3.1.1 [MQTT-3.10.4-2], -4, -5).
+/// No subscription existed [MQTT-3.11.3-2] ([3.1.1: MQTT-3.10.4-2], [3.1.1: MQTT-3.10.4-4],
+/// [3.1.1: MQTT-3.10.4-5]).
 async fn mqtt_3_10_4_2_unsubscribe_stops_delivery(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -216,7 +218,7 @@ async fn mqtt_3_10_4_2_unsubscribe_stops_delivery(version: ProtocolVersion) {
 /// [MQTT-3.10.4-6] "If a Server receives an UNSUBSCRIBE packet that contains multiple Topic
 /// Filters, it MUST process that packet as if it had received a sequence of multiple
 /// UNSUBSCRIBE packets, except that it sends just one UNSUBACK response"; [MQTT-3.11.3-1] v5
-/// reason codes in filter order (3.1.1 [MQTT-3.10.4-6]).
+/// reason codes in filter order ([3.1.1: MQTT-3.10.4-6]).
 async fn mqtt_3_10_4_6_unsubscribe_several_filters_one_unsuback(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
@@ -269,7 +271,7 @@ async fn mqtt_3_9_3_2_subscription_quota_exceeded(version: ProtocolVersion) {
 }
 
 /// [MQTT-3.3.4-2] "the Server MUST deliver the message to the Client respecting the maximum
-/// QoS of all the matching subscriptions" (3.1.1 [MQTT-3.3.5-1]); this broker sends a single
+/// QoS of all the matching subscriptions" ([3.1.1: MQTT-3.3.5-1]); this broker sends a single
 /// copy, which in v5 then carries the Subscription Identifiers of all matching subscriptions
 /// [MQTT-3.3.4-4].
 async fn mqtt_3_3_4_2_overlapping_subscriptions_one_copy_at_maximum_qos(version: ProtocolVersion) {

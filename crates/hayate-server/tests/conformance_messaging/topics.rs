@@ -52,7 +52,7 @@ async fn delivered(
 }
 
 /// [MQTT-4.7.2-1] "The Server MUST NOT match Topic Filters starting with a wildcard character
-/// (# or +) with Topic Names beginning with a $ character" (3.1.1 [MQTT-4.7.2-1]).
+/// (# or +) with Topic Names beginning with a $ character" ([3.1.1: MQTT-4.7.2-1]).
 async fn mqtt_4_7_2_1_leading_wildcards_do_not_match_dollar_topics(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut wild = client(&broker, version, "wild").await;
@@ -186,7 +186,7 @@ async fn mqtt_4_7_3_4_levels_compared_without_normalisation(version: ProtocolVer
 
 /// [MQTT-3.3.2-2] "The Topic Name in the PUBLISH packet MUST NOT contain wildcard characters";
 /// the server closes the connection, in v5 with DISCONNECT 0x90 Topic Name invalid (§4.13),
-/// and the message is not delivered (3.1.1 [MQTT-3.3.2-2], [MQTT-4.8.0-1]).
+/// and the message is not delivered ([3.1.1: MQTT-3.3.2-2], [3.1.1: MQTT-4.8.0-1]).
 async fn mqtt_3_3_2_2_publish_topic_with_wildcard_closes_connection(version: ProtocolVersion) {
     let broker = TestBroker::start().await;
     let mut sub = client(&broker, version, "sub").await;
