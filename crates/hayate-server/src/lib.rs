@@ -8,6 +8,7 @@
 pub mod config;
 mod connection;
 mod listener;
+pub mod runtime;
 pub mod security;
 mod sys;
 mod transport;

@@ -6,6 +6,9 @@
 
 #![allow(clippy::missing_panics_doc)]
 
+pub mod blocking;
+pub mod core;
+
 use bytes::{Bytes, BytesMut};
 use hayate_codec::{
     decode, encode, ByteStr, ConnAck, Connect, Packet, PacketId, Properties, ProtocolVersion,
@@ -73,6 +76,14 @@ pub fn connect_packet(version: ProtocolVersion, client_id: &str, clean_start: bo
         password: None,
         properties: Properties::default(),
     }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (for a broker started as a process).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port()
 }
 
 /// A will message for [`Connect::will`].
@@ -234,6 +245,35 @@ impl RawClient {
                     other => panic!("expected PUBCOMP, got {other:?}"),
                 }
             }
+        }
+    }
+
+    /// Publishes `b"m"` at QoS 1 or 2 and returns the reason code of the PUBACK or PUBREC
+    /// (v5; 0 for v3), completing a QoS 2 flow the broker accepted.
+    pub async fn publish_reason(&mut self, topic: &str, qos: QoS, packet_id: u16) -> u8 {
+        assert_ne!(qos, QoS::AtMostOnce, "QoS 0 has no acknowledgement");
+        self.send(Packet::Publish(publish_packet(
+            topic,
+            b"m",
+            qos,
+            false,
+            Some(packet_id),
+        )))
+        .await;
+        match (qos, self.recv().await) {
+            (QoS::AtLeastOnce, Packet::PubAck(ack)) => ack.reason_code.0,
+            (QoS::ExactlyOnce, Packet::PubRec(rec)) => {
+                if rec.reason_code.0 < 0x80 {
+                    let id = PacketId::new(packet_id).expect("non-zero packet id");
+                    self.send(Packet::PubRel(PubResp::new(id))).await;
+                    match self.recv().await {
+                        Packet::PubComp(comp) => assert_eq!(comp.packet_id, id),
+                        other => panic!("expected PUBCOMP, got {other:?}"),
+                    }
+                }
+                rec.reason_code.0
+            }
+            (_, other) => panic!("expected an acknowledgement, got {other:?}"),
         }
     }
 

@@ -104,12 +104,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("hayate-worker")
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = hayate_server::runtime::build(threads).context("starting the runtime")?;
+    if !hayate_server::runtime::keeps_arrival_order() {
+        tracing::warn!(
+            "built without --cfg tokio_unstable: packets from different connections may be \
+             handled out of arrival order (see crates/hayate-server/src/runtime.rs)"
+        );
+    }
     runtime.block_on(async move {
         let server = Server::start(config).await.context("starting listeners")?;
         tracing::info!(

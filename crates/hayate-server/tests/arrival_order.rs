@@ -1,0 +1,144 @@
+//! Arrival order across connections: client B sends SUBSCRIBE and, microseconds later, client
+//! A publishes on that topic without B having waited for its SUBACK. B must get the message
+//! (Mosquitto delivers it every time; clients and test suites written against other brokers
+//! rely on it). The broker runs on the runtime `hayate serve` uses
+//! (`hayate_server::runtime::build`), the clients on plain threads with blocking sockets so
+//! their own scheduling cannot reorder anything: both packets are written from one thread, one
+//! after the other.
+//!
+//! KNOWN FAILURE, hence `#[ignore]`: turning Tokio's LIFO slot off (runtime.rs) is not enough.
+//! Measured on 2 cores: 28 of 300 rounds lost on 1 worker, 10 of 300 on 2, 84 of 300 under
+//! load. The losses are mostly rounds where B connected first. The cause found so far: Tokio
+//! registers every socket for readable and writable readiness, and the client's ACK of A's
+//! CONNACK puts A's socket on epoll's ready list (writable) before B's SUBSCRIBE arrives, so
+//! one `epoll_wait` reports A before B and A's task runs first. Mosquitto registers EPOLLOUT
+//! only while it has output pending. See docs/design/backpressure.md, "Arrival order".
+
+use hayate_codec::{ProtocolVersion, QoS};
+use hayate_testkit::blocking::BlockingClient;
+use hayate_testkit::TestBroker;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const V: ProtocolVersion = ProtocolVersion::V311;
+
+/// Runs `rounds` SUBSCRIBE-then-PUBLISH pairs, alternating which client connects first;
+/// returns the rounds in which B got nothing.
+fn missed_rounds(addr: SocketAddr, rounds: usize, tag: &str) -> Vec<usize> {
+    let mut missed = Vec::new();
+    for round in 0..rounds {
+        let (b_id, a_id) = (format!("{tag}-b{round}"), format!("{tag}-a{round}"));
+        let (mut a, mut b) = if round % 2 == 0 {
+            let b = BlockingClient::connect(addr, V, &b_id);
+            (BlockingClient::connect(addr, V, &a_id), b)
+        } else {
+            let a = BlockingClient::connect(addr, V, &a_id);
+            (a, BlockingClient::connect(addr, V, &b_id))
+        };
+        let topic = format!("order/{tag}/{round}");
+        b.send_subscribe(&topic, QoS::AtMostOnce, 1);
+        a.send_publish(&topic, b"after the subscribe");
+        match b.recv_publish(Duration::from_secs(2)) {
+            Some(publish) => assert_eq!(&*publish.topic, topic.as_str()),
+            None => missed.push(round),
+        }
+    }
+    missed
+}
+
+/// Background traffic on other topics while the rounds run: `publishers` threads flooding
+/// QoS 0 messages to one subscriber that reads them all.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    delivered: Arc<AtomicU64>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr, publishers: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let delivered = Arc::new(AtomicU64::new(0));
+        let mut sink = BlockingClient::connect(addr, V, "load-sink");
+        sink.send_subscribe("load/#", QoS::AtMostOnce, 1);
+        let mut threads = Vec::new();
+        {
+            let (stop, delivered) = (stop.clone(), delivered.clone());
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if sink.recv_publish(Duration::from_millis(50)).is_some() {
+                        delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        for p in 0..publishers {
+            let stop = stop.clone();
+            let mut publisher = BlockingClient::connect(addr, V, &format!("load-pub-{p}"));
+            threads.push(std::thread::spawn(move || {
+                let topic = format!("load/{p}");
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..50 {
+                        publisher.send_publish(&topic, &[0u8; 64]);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }));
+        }
+        Load {
+            stop,
+            threads,
+            delivered,
+        }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads {
+            thread.join().expect("load thread");
+        }
+        self.delivered.load(Ordering::Relaxed)
+    }
+}
+
+fn check(threads: usize, rounds: usize, load: usize) {
+    assert!(
+        hayate_server::runtime::keeps_arrival_order(),
+        "built without --cfg tokio_unstable (.cargo/config.toml)"
+    );
+    let runtime = hayate_server::runtime::build(threads).expect("runtime");
+    let broker = runtime.block_on(TestBroker::start());
+    let addr = broker.addr;
+    let background = (load > 0).then(|| Load::start(addr, load));
+    let missed = missed_rounds(addr, rounds, &format!("w{threads}l{load}"));
+    if let Some(background) = background {
+        let delivered = background.stop();
+        assert!(delivered > 0, "the background load delivered nothing");
+    }
+    assert!(
+        missed.is_empty(),
+        "{} of {rounds} rounds lost the PUBLISH sent right after the SUBSCRIBE \
+         ({threads} workers, {load} background publishers): rounds {missed:?}",
+        missed.len()
+    );
+    runtime.block_on(broker.handle.shutdown());
+}
+
+#[test]
+#[ignore = "known failure: epoll reports a socket made writable by an ACK before one that got data first; see the module docs"]
+fn subscribe_then_publish_keeps_arrival_order_on_one_worker() {
+    check(1, 300, 0);
+}
+
+#[test]
+#[ignore = "known failure: epoll reports a socket made writable by an ACK before one that got data first; see the module docs"]
+fn subscribe_then_publish_keeps_arrival_order_on_two_workers() {
+    check(2, 300, 0);
+}
+
+#[test]
+#[ignore = "known failure: epoll reports a socket made writable by an ACK before one that got data first; see the module docs"]
+fn subscribe_then_publish_keeps_arrival_order_under_load() {
+    check(2, 300, 4);
+}
