@@ -7,7 +7,7 @@
 mod auth_support;
 
 use auth_support::*;
-use hayate_codec::{Packet, PacketId, Properties, ProtocolVersion, PubResp, QoS};
+use hayate_codec::{Packet, Properties, ProtocolVersion, QoS};
 use hayate_server::security::V3PublishDenied;
 use hayate_testkit::{publish_packet, will, RawClient, TestBroker};
 use std::path::PathBuf;
@@ -55,32 +55,6 @@ async fn as_user(broker: &TestBroker, version: ProtocolVersion, id: &str, user: 
     connected(broker, version, id, Some(user), None).await
 }
 
-/// Publishes and returns the v5 reason code of the PUBACK (QoS 1) or PUBREC (QoS 2),
-/// completing a successful QoS 2 flow.
-async fn publish_reason(client: &mut RawClient, topic: &str, qos: QoS, id: u16) -> u8 {
-    client
-        .send(Packet::Publish(publish_packet(
-            topic,
-            b"m",
-            qos,
-            false,
-            Some(id),
-        )))
-        .await;
-    match (qos, client.recv().await) {
-        (QoS::AtLeastOnce, Packet::PubAck(ack)) => ack.reason_code.0,
-        (QoS::ExactlyOnce, Packet::PubRec(rec)) => {
-            if rec.reason_code.0 < 0x80 {
-                let pid = PacketId::new(id).unwrap();
-                client.send(Packet::PubRel(PubResp::new(pid))).await;
-                assert!(matches!(client.recv().await, Packet::PubComp(_)));
-            }
-            rec.reason_code.0
-        }
-        (_, other) => panic!("expected an acknowledgement, got {other:?}"),
-    }
-}
-
 async fn expect_topics(client: &mut RawClient, topics: &[&str]) {
     for topic in topics {
         let message = client.recv_publish().await;
@@ -100,16 +74,16 @@ async fn publish_denied_v5_0x87_v3_acknowledged_and_dropped() {
 
     // Not authorized: PUBACK / PUBREC 0x87 (§3.4.2.1, §3.5.2.1), nothing routed.
     assert_eq!(
-        publish_reason(&mut alice, "bob/x", QoS::AtLeastOnce, 1).await,
+        alice.publish_reason("bob/x", QoS::AtLeastOnce, 1).await,
         0x87
     );
     assert_eq!(
-        publish_reason(&mut alice, "bob/y", QoS::ExactlyOnce, 2).await,
+        alice.publish_reason("bob/y", QoS::ExactlyOnce, 2).await,
         0x87
     );
     // The QoS 2 flow ended with the refusal: the packet id is free again [MQTT-4.3.3-9].
     assert_eq!(
-        publish_reason(&mut alice, "alice/z", QoS::ExactlyOnce, 2).await,
+        alice.publish_reason("alice/z", QoS::ExactlyOnce, 2).await,
         0x00
     );
     expect_topics(&mut watcher, &["alice/z"]).await;
@@ -160,11 +134,11 @@ async fn v3_publish_denied_disconnects_when_configured() {
     // v5 clients are told instead, and stay.
     let mut alice5 = as_user(&broker, V5, "alice5", "alice").await;
     assert_eq!(
-        publish_reason(&mut alice5, "bob/x", QoS::AtLeastOnce, 1).await,
+        alice5.publish_reason("bob/x", QoS::AtLeastOnce, 1).await,
         0x87
     );
     assert_eq!(
-        publish_reason(&mut alice5, "alice/x", QoS::AtLeastOnce, 2).await,
+        alice5.publish_reason("alice/x", QoS::AtLeastOnce, 2).await,
         0x10
     );
 }
@@ -325,11 +299,15 @@ async fn patterns_substitute_user_name_and_client_id() {
     let (broker, _dir, _) = broker_with_acl(ACL, |_| {}).await;
     let mut alice = as_user(&broker, V5, "alice-dev", "alice").await;
     assert_eq!(
-        publish_reason(&mut alice, "users/alice/x", QoS::AtLeastOnce, 1).await,
+        alice
+            .publish_reason("users/alice/x", QoS::AtLeastOnce, 1)
+            .await,
         0x10
     );
     assert_eq!(
-        publish_reason(&mut alice, "users/bob/x", QoS::AtLeastOnce, 2).await,
+        alice
+            .publish_reason("users/bob/x", QoS::AtLeastOnce, 2)
+            .await,
         0x87
     );
     assert_eq!(
@@ -374,7 +352,9 @@ async fn patterns_substitute_user_name_and_client_id() {
     );
     // Alice's own subtree works end to end.
     assert_eq!(
-        publish_reason(&mut alice, "users/alice/y", QoS::AtLeastOnce, 7).await,
+        alice
+            .publish_reason("users/alice/y", QoS::AtLeastOnce, 7)
+            .await,
         0
     );
     expect_topics(&mut alice, &["users/alice/y"]).await;
@@ -385,7 +365,7 @@ async fn acl_reload_takes_new_rules_and_keeps_old_ones_on_error() {
     let (broker, dir, _) = broker_with_acl(ACL, |_| {}).await;
     let mut dave = as_user(&broker, V5, "dave", "dave").await;
     assert_eq!(
-        publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 1).await,
+        dave.publish_reason("dave/x", QoS::AtLeastOnce, 1).await,
         0x87
     );
     write(
@@ -396,13 +376,13 @@ async fn acl_reload_takes_new_rules_and_keeps_old_ones_on_error() {
     broker.handle.broker.hooks.reload();
     // Rules apply from the next check on, to clients already connected.
     assert_eq!(
-        publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 2).await,
+        dave.publish_reason("dave/x", QoS::AtLeastOnce, 2).await,
         0x10
     );
     write(dir.path(), "acl", "user dave\ntopic sometimes dave/#\n");
     broker.handle.broker.hooks.reload();
     assert_eq!(
-        publish_reason(&mut dave, "dave/x", QoS::AtLeastOnce, 3).await,
+        dave.publish_reason("dave/x", QoS::AtLeastOnce, 3).await,
         0x10
     );
 }

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use hayate_auth::{Mechanism, ScramCredentials};
 use hayate_codec::{Auth, ByteStr, Connect, Disconnect, Packet, Properties, QoS, ReasonCode};
-use hayate_testkit::{publish_packet, RawClient, Received, TestBroker};
+use hayate_testkit::{RawClient, Received, TestBroker};
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use sha2::{Digest as _, Sha256, Sha512};
 use std::path::PathBuf;
@@ -208,22 +208,6 @@ async fn scram_login(
     }
 }
 
-async fn publish_reason(client: &mut RawClient, topic: &str, id: u16) -> u8 {
-    client
-        .send(Packet::Publish(publish_packet(
-            topic,
-            b"m",
-            QoS::AtLeastOnce,
-            false,
-            Some(id),
-        )))
-        .await;
-    match client.recv().await {
-        Packet::PubAck(ack) => ack.reason_code.0,
-        other => panic!("expected PUBACK, got {other:?}"),
-    }
-}
-
 async fn expect_refused_and_closed(client: &mut RawClient, code: u8) {
     match client.recv().await {
         Packet::ConnAck(connack) => assert_eq!(connack.reason_code.0, code, "{connack:?}"),
@@ -239,8 +223,14 @@ async fn scram_sha256_and_sha512_full_exchange() {
         let (mut client, code) = scram_login(&broker, method, "c1", "alice", "wonderland").await;
         assert_eq!(code, 0, "{method}");
         // The proved user name is the one the ACL sees.
-        assert_eq!(publish_reason(&mut client, "alice/x", 1).await, 0x10);
-        assert_eq!(publish_reason(&mut client, "bob/x", 2).await, 0x87);
+        assert_eq!(
+            client.publish_reason("alice/x", QoS::AtLeastOnce, 1).await,
+            0x10
+        );
+        assert_eq!(
+            client.publish_reason("bob/x", QoS::AtLeastOnce, 2).await,
+            0x87
+        );
     }
 }
 
@@ -347,7 +337,10 @@ async fn reauthentication_while_connected() {
     let (reason, method, server_final) = recv_auth(&mut client).await;
     assert_eq!((reason, method.as_deref()), (0x00, Some(SCRAM_256)));
     scram.verify_server_final(&server_final);
-    assert_eq!(publish_reason(&mut client, "bob/x", 3).await, 0x87);
+    assert_eq!(
+        client.publish_reason("bob/x", QoS::AtLeastOnce, 3).await,
+        0x87
+    );
 
     // A failed re-authentication: DISCONNECT 0x87 and close [MQTT-4.12.1-2].
     let mut scram = ScramClient::new(SCRAM_256, "alice", "not-the-password");

@@ -7,9 +7,9 @@ mod auth_support;
 use auth_support::*;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use hayate_codec::{Packet, QoS};
+use hayate_codec::QoS;
 use hayate_server::security::JwtSettings;
-use hayate_testkit::{publish_packet, RawClient, TestBroker};
+use hayate_testkit::TestBroker;
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use sha2::Sha256;
 use std::path::{Path, PathBuf};
@@ -102,30 +102,20 @@ fn hmac_settings() -> JwtSettings {
     }
 }
 
-async fn publish_reason(client: &mut RawClient, topic: &str, id: u16) -> u8 {
-    client
-        .send(Packet::Publish(publish_packet(
-            topic,
-            b"m",
-            QoS::AtLeastOnce,
-            false,
-            Some(id),
-        )))
-        .await;
-    match client.recv().await {
-        Packet::PubAck(ack) => ack.reason_code.0,
-        other => panic!("expected PUBACK, got {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valid_token_admits_and_its_claims_are_the_acl() {
     let broker = jwt_broker(hmac_settings()).await;
     let token = hs256(SECRET.as_bytes(), &claims("dave", now() + 300));
     // v5 may send the token without a user name: the username claim names the client.
     let mut dave = connected(&broker, V5, "dave-5", None, Some(token.as_bytes())).await;
-    assert_eq!(publish_reason(&mut dave, "dave/x", 1).await, 0x10);
-    assert_eq!(publish_reason(&mut dave, "erin/x", 2).await, 0x87);
+    assert_eq!(
+        dave.publish_reason("dave/x", QoS::AtLeastOnce, 1).await,
+        0x10
+    );
+    assert_eq!(
+        dave.publish_reason("erin/x", QoS::AtLeastOnce, 2).await,
+        0x87
+    );
     assert_eq!(dave.subscribe("news/#", QoS::AtLeastOnce, 3).await, [1]);
     assert_eq!(dave.subscribe("#", QoS::AtLeastOnce, 4).await, [0x87]);
     assert_eq!(dave.subscribe("erin/+", QoS::AtLeastOnce, 5).await, [0x87]);
@@ -191,7 +181,10 @@ async fn rsa_and_ec_public_keys() {
         .await;
         let token = sign(&claims("dave", now() + 300));
         let mut dave = connected(&broker, V5, "dave", None, Some(token.as_bytes())).await;
-        assert_eq!(publish_reason(&mut dave, "dave/x", 1).await, 0x10);
+        assert_eq!(
+            dave.publish_reason("dave/x", QoS::AtLeastOnce, 1).await,
+            0x10
+        );
         // Algorithm confusion: an HS256 token keyed with the public key's bytes is refused.
         let public_pem = std::fs::read(fixture(public)).unwrap();
         let confused = hs256(&public_pem, &claims("dave", now() + 300));
