@@ -2,8 +2,8 @@
 //! checks, SIGHUP reloads it, and a broker whose password file cannot be read does not start.
 
 use hayate_codec::ProtocolVersion;
-use hayate_testkit::{connect_packet, RawClient};
-use std::net::{SocketAddr, TcpListener};
+use hayate_testkit::{connect_packet, free_port, RawClient};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,14 +20,6 @@ fn passwd(args: &[&str]) {
         output.status.success(),
         "hayate passwd {args:?}: {output:?}"
     );
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Kills the broker when the test ends, however it ends.

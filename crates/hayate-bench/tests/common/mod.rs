@@ -4,8 +4,8 @@
 
 use clap::Parser;
 use hayate_bench::{BenchArgs, BenchCommand, BenchResult, Env, Outcome};
+use hayate_testkit::free_port;
 use serde_json::Value;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -90,14 +90,6 @@ impl Drop for Mosquitto {
 
 /// Path of the Mosquitto broker binary.
 pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
-
-/// A free loopback port.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
 
 /// Starts Mosquitto (Debian package `mosquitto`); fails the test when it is not installed.
 pub fn start_mosquitto() -> Mosquitto {
