@@ -63,11 +63,13 @@ pub struct BrokerConfig {
     pub max_qos: u8,
     /// Whether retained messages are supported.
     pub retain_available: bool,
-    /// Back-pressure: a publisher whose messages fill a subscriber's queue past half of
-    /// `max_queued_messages`/`max_queued_bytes` stops being read until that subscriber drains,
-    /// as long as the subscriber keeps writing; one that writes nothing for this many
-    /// milliseconds is treated as stalled and holds nobody back (its queue overflows and drops,
-    /// counted). 0 disables back-pressure (messages beyond the queue limits are dropped).
+    /// Back-pressure (`docs/design/backpressure.md`): a publisher whose messages fill a
+    /// subscriber's queue past half of `max_queued_messages`/`max_queued_bytes` stops being read
+    /// until that subscriber drains to a quarter, as long as the subscriber makes progress (a
+    /// QoS 0 message written to its socket, a QoS 1/2 message acknowledged); one that completes
+    /// no delivery for this many milliseconds is stalled and holds nobody back (its queue
+    /// overflows and drops, counted) until it makes progress again. 0 disables back-pressure
+    /// (messages beyond the queue limits are dropped).
     pub backpressure_stall_timeout_ms: u64,
     /// Strategy of shared subscription groups.
     pub shared_subscription_strategy: SharedStrategy,
@@ -95,7 +97,7 @@ impl Default for BrokerConfig {
             max_session_expiry_interval: u32::MAX,
             max_qos: 2,
             retain_available: true,
-            backpressure_stall_timeout_ms: 1000,
+            backpressure_stall_timeout_ms: 5000,
             shared_subscription_strategy: SharedStrategy::RoundRobin,
             response_information: String::new(),
         }

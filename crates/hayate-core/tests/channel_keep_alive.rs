@@ -159,7 +159,6 @@ fn keep_alive_zero_does_not_time_out() {
 /// mechanism"). The server arms its timer at `poll_timeout()`, so it does this to every idle
 /// keep-alive-0 client after a day.
 #[test]
-#[ignore = "bug: keep alive 0 closes after 24 h of silence (gate.rs handle_timeout treats FAR as a keep-alive deadline)"]
 fn keep_alive_zero_never_times_out_even_after_a_day() {
     let h = CoreHarness::new();
     let mut client = h.client(ConnectSpec::v5("ka-zero-day").keep_alive(0));
@@ -177,7 +176,6 @@ fn keep_alive_zero_never_times_out_even_after_a_day() {
 /// `complete_connect` does not set it), so the deadline is 0 + 7.5 s, already past: the
 /// server's first timer after CONNACK closes the client with 0x8D.
 #[test]
-#[ignore = "bug: keep-alive clock runs from the connection's opening, not from CONNECT (connect.rs complete_connect does not set last_input)"]
 fn keep_alive_runs_from_connect_not_from_the_connection_opening() {
     let h = CoreHarness::new();
     let mut conn = h.channel();

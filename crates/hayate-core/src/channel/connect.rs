@@ -260,6 +260,8 @@ impl Channel {
         self.cell = Some(cell);
         self.client = Some(client);
         self.phase = Phase::Connected;
+        // The keep-alive clock starts at CONNECT, not when the connection opened.
+        self.last_input = now;
         self.broker.stats.client_connected();
 
         let mut properties = Properties::default();

@@ -224,8 +224,9 @@ impl Channel {
                 ))
             }
             Phase::Connected => {
-                if !reading || self.gate.is_some() {
-                    // Not reading is our doing, not the client's silence.
+                if !reading || self.gate.is_some() || self.keep_alive_timeout().is_none() {
+                    // Not reading is our doing, not the client's silence (and keep alive 0
+                    // turns the check off [MQTT-3.1.2-22]): look again later.
                     self.last_input = now;
                     return Ok(());
                 }
