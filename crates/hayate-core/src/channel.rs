@@ -75,7 +75,7 @@ pub struct Channel {
     /// (v5: other than 0x04) [MQTT-3.1.2-8] [MQTT-3.1.2-10].
     will_on_close: bool,
     /// The CONNECT's Session Expiry Interval was 0 (v5), which DISCONNECT may not raise
-    /// [MQTT-3.14.2-2].
+    /// (§3.14.2.2.2).
     connect_expiry_zero: bool,
     /// Another connection took the session over; `finish` must leave it alone.
     taken_over: bool,
@@ -157,7 +157,7 @@ impl Channel {
         self.client.as_ref().map(|c| &*c.client_id)
     }
 
-    /// How long the connection may stay silent: 1.5 × keep alive (v5 [MQTT-3.1.2-22]); `None`
+    /// How long the connection may stay silent: 1.5 × keep alive [MQTT-3.1.2-22] ([3.1.1: MQTT-3.1.2-24]); `None`
     /// when keep alive is 0.
     pub fn keep_alive_timeout(&self) -> Option<Duration> {
         (self.keep_alive > 0).then(|| Duration::from_millis(u64::from(self.keep_alive) * 1500))
@@ -260,7 +260,7 @@ impl Channel {
         if self.version.is_v5() {
             if let Some(expiry) = disconnect.properties.session_expiry_interval {
                 if self.connect_expiry_zero && expiry != 0 {
-                    // [MQTT-3.14.2-2] cannot turn a session that ends with the connection into
+                    // §3.14.2.2.2: cannot turn a session that ends with the connection into
                     // one that persists.
                     return Err(self.close_with(
                         ReasonCode::PROTOCOL_ERROR,

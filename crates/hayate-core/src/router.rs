@@ -197,8 +197,8 @@ impl Router {
 
     /// Queues `message` for every session with a matching subscription: one copy per session at
     /// the highest granted QoS of its matching subscriptions, carrying all their subscription
-    /// identifiers [MQTT-3.3.4-3] [MQTT-3.3.4-5]; plus one member of each matching shared group
-    /// [MQTT-4.8.2-...]. Sessions that need waking are appended to `wake`.
+    /// identifiers [MQTT-3.3.4-2] [MQTT-3.3.4-3] [MQTT-3.3.4-4]; plus one member of each matching shared group
+    /// (§4.8.2). Sessions that need waking are appended to `wake`.
     ///
     /// With `reader` (a hook whose `has_read_rules` is true) each delivery is first checked
     /// with `authorize_read` against the subscriber's `ClientInfo`; without it delivery costs
@@ -366,7 +366,7 @@ impl Router {
         found
     }
 
-    /// Drops expired retained messages [MQTT-3.3.2-5]; returns how many.
+    /// Drops expired retained messages (§3.3.1.3); returns how many.
     pub fn prune_retained(&self, now: Instant) -> usize {
         self.retained
             .write()

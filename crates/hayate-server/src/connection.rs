@@ -3,6 +3,7 @@
 //! keep alive) and shutdown — nothing else per connection.
 
 use crate::config::Config;
+use crate::transport::tcp::Tcp;
 use crate::transport::{Progress, Transport};
 use bytes::BytesMut;
 use hayate_codec::{decode, ReasonCode};
@@ -80,6 +81,13 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
     shutdown: Arc<ShutdownSignal>,
     guard: G,
 ) {
+    let stream = match Tcp::new(stream) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::warn!(peer = ?info.peer, %error, "socket_registration_failed");
+            return;
+        }
+    };
     let connection = Connection::new(stream, info, broker, settings, shutdown);
     tokio::spawn(connection.run(guard));
 }
@@ -496,7 +504,13 @@ mod tests {
             peer: Some(addr),
             ..ConnectionInfo::default()
         };
-        let connection = Connection::new(client, info, broker, settings, shutdown);
+        let connection = Connection::new(
+            Tcp::new(client).expect("register"),
+            info,
+            broker,
+            settings,
+            shutdown,
+        );
         let task = connection.run(());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 830, "connection future is {size} bytes");

@@ -6,13 +6,14 @@
 //! their own scheduling cannot reorder anything: both packets are written from one thread, one
 //! after the other.
 //!
-//! KNOWN FAILURE, hence `#[ignore]`: turning Tokio's LIFO slot off (runtime.rs) is not enough.
-//! Measured on 2 cores: 28 of 300 rounds lost on 1 worker, 10 of 300 on 2, 84 of 300 under
-//! load. The losses are mostly rounds where B connected first. The cause found so far: Tokio
-//! registers every socket for readable and writable readiness, and the client's ACK of A's
-//! CONNACK puts A's socket on epoll's ready list (writable) before B's SUBSCRIBE arrives, so
-//! one `epoll_wait` reports A before B and A's task runs first. Mosquitto registers EPOLLOUT
-//! only while it has output pending. See docs/design/backpressure.md, "Arrival order".
+//! On one worker the order holds: Tokio's LIFO slot is off (runtime.rs) and plain TCP sockets
+//! are registered for reading apart from writing (transport/tcp.rs), so epoll reports sockets
+//! in the order their data arrived. Before those two changes 28 of 300 rounds were lost here.
+//!
+//! KNOWN FAILURE on two workers, hence `#[ignore]` there: both tasks are woken by one
+//! `epoll_wait`, one worker runs B while the other steals A, and A can route before B's
+//! subscription is in the index (measured on 2 cores: 16 of 300 rounds, 21 of 300 under load,
+//! down from 84). See docs/design/backpressure.md, "Arrival order".
 
 use hayate_codec::{ProtocolVersion, QoS};
 use hayate_testkit::blocking::BlockingClient;
@@ -126,19 +127,18 @@ fn check(threads: usize, rounds: usize, load: usize) {
 }
 
 #[test]
-#[ignore = "known failure: epoll reports a socket made writable by an ACK before one that got data first; see the module docs"]
 fn subscribe_then_publish_keeps_arrival_order_on_one_worker() {
     check(1, 300, 0);
 }
 
 #[test]
-#[ignore = "known failure: epoll reports a socket made writable by an ACK before one that got data first; see the module docs"]
+#[ignore = "known failure: two workers race (one runs B, the other steals A); see the module docs"]
 fn subscribe_then_publish_keeps_arrival_order_on_two_workers() {
     check(2, 300, 0);
 }
 
 #[test]
-#[ignore = "known failure: epoll reports a socket made writable by an ACK before one that got data first; see the module docs"]
+#[ignore = "known failure: two workers race (one runs B, the other steals A); see the module docs"]
 fn subscribe_then_publish_keeps_arrival_order_under_load() {
     check(2, 300, 4);
 }

@@ -49,7 +49,13 @@ async fn slow_subscriber_slows_the_publisher_instead_of_losing_messages() {
 /// another subscriber (gets every message); its own queue overflows and the drops are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_subscriber_blocks_nobody() {
-    let broker = TestBroker::start_with(|config| config.broker.max_queued_messages = 100).await;
+    // A 1 s stall window: the healthy subscriber may wait that long once (the test client's
+    // receive timeout is 5 s, the default window).
+    let broker = TestBroker::start_with(|config| {
+        config.broker.max_queued_messages = 100;
+        config.broker.backpressure_stall_timeout_ms = 1000;
+    })
+    .await;
     let mut stalled = broker.client(ProtocolVersion::V311, "stalled-sub").await;
     stalled.subscribe("bp/stall", QoS::AtLeastOnce, 1).await;
     let mut healthy = broker.client(ProtocolVersion::V311, "healthy-sub").await;

@@ -54,7 +54,7 @@ impl Default for SessionLimits {
 pub struct ConnectionParams {
     /// Protocol level of the connection.
     pub version: ProtocolVersion,
-    /// The client's Receive Maximum (65,535 when absent) [MQTT-3.1.2-... 3.3.4-9].
+    /// The client's Receive Maximum (65,535 when absent, §3.1.2.11.3) [MQTT-3.3.4-9].
     pub client_receive_maximum: u16,
     /// The client's Maximum Packet Size (`u32::MAX` when absent) [MQTT-3.1.2-24].
     pub client_maximum_packet_size: u32,
@@ -71,14 +71,14 @@ pub struct ConnectionParams {
 /// Why a client's packet breaks the protocol; each maps to a v5 reason code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum SessionError {
-    /// More QoS 2 publishes awaiting PUBREL than the server's Receive Maximum [MQTT-3.3.4-9].
-    #[error("[MQTT-3.3.4-9] receive maximum exceeded")]
+    /// More QoS 2 publishes awaiting PUBREL than the server's Receive Maximum [MQTT-3.3.4-7].
+    #[error("[MQTT-3.3.4-7] receive maximum exceeded")]
     ReceiveMaximumExceeded,
     /// Topic alias 0 or above the announced maximum [MQTT-3.3.2-8] [MQTT-3.3.2-9].
     #[error("[MQTT-3.3.2-9] topic alias out of range")]
     TopicAliasInvalid,
     /// Empty topic with an alias that has no mapping, or an empty topic without an alias.
-    #[error("[MQTT-3.3.4-... ] empty topic name without a known topic alias")]
+    #[error("[§3.3.2.1, §3.3.4] empty topic name without a known topic alias")]
     UnknownTopicAlias,
 }
 
@@ -370,7 +370,7 @@ impl Session {
 
     /// Takes the deliveries that came through a shared subscription and may go to another
     /// member of the group when this client goes away: QoS 1/2 messages not yet sent, and QoS 1
-    /// messages sent but not acknowledged [MQTT-4.8.2-...]. A QoS 2 message already sent stays:
+    /// messages sent but not acknowledged (§4.8.2). A QoS 2 message already sent stays:
     /// its delivery must be completed to this client and never sent to another
     /// [MQTT-4.8.2-4] [MQTT-4.8.2-5].
     pub fn take_shared_deliveries(&mut self) -> Vec<Delivery> {

@@ -223,7 +223,7 @@ impl Channel {
 
     /// Checks an AUTH from the client: the reason code is the one expected now (a client may
     /// send only 0x18 and 0x19 [MQTT-3.15.2-1]) and the method is the CONNECT's
-    /// [MQTT-4.12.0-5] (omitting it is a protocol error, 3.15.2.2.2).
+    /// [MQTT-4.12.0-5] (omitting it is a protocol error, §3.15.2.2.2).
     fn check_auth_packet(&self, auth: &Auth, expected: ReasonCode) -> Result<(), CloseReason> {
         if auth.reason_code != expected {
             return Err(CloseReason::UnexpectedAuthReasonCode);

@@ -13,7 +13,7 @@ use hayate_session::{ConnectionParams, OutBuf, Session};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Session Expiry Interval meaning "never expires" [MQTT-3.1.2-...].
+/// Session Expiry Interval meaning "never expires" (§3.1.2.11.2).
 const NEVER_EXPIRES: u32 = u32::MAX;
 
 impl Channel {
@@ -36,7 +36,7 @@ impl Channel {
         // Client identifier [MQTT-3.1.3-3] .. [MQTT-3.1.3-8].
         let mut assigned = None;
         let client_id: Arc<str> = if connect.client_id.is_empty() {
-            // v3.1.1 allows an empty id only with Clean Session [MQTT-3.1.3-7] [MQTT-3.1.3-8];
+            // v3.1.1 allows an empty id only with Clean Session [3.1.1: MQTT-3.1.3-7] [3.1.1: MQTT-3.1.3-8];
             // 3.1 requires an id; v5 always assigns one [MQTT-3.1.3-6].
             if version == ProtocolVersion::V31
                 || (version == ProtocolVersion::V311 && !connect.clean_start)
@@ -177,7 +177,7 @@ impl Channel {
             server_keep_alive = Some(config.max_keep_alive);
         }
 
-        // Session expiry: v5 from the property (0 when absent) [MQTT-3.1.2-11]; v3 clean
+        // Session expiry: v5 from the property (0 when absent, §3.1.2.11.2); v3 clean
         // sessions end with the connection, persistent ones use the broker's maximum.
         let requested_expiry = if v5 {
             connect.properties.session_expiry_interval.unwrap_or(0)
@@ -338,7 +338,7 @@ impl Channel {
     }
 }
 
-/// Maps a v5 CONNACK reason to the nearest v3.1.1 return code [MQTT-3.2.2-4].
+/// Maps a v5 CONNACK reason to the nearest v3.1.1 return code (3.1.1 §3.2.2.3, Table 3.1).
 fn v3_return_code(reason: ReasonCode) -> ReasonCode {
     match reason {
         ReasonCode::UNSUPPORTED_PROTOCOL_VERSION => ReasonCode::V3_UNACCEPTABLE_PROTOCOL_VERSION,

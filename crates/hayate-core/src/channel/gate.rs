@@ -201,7 +201,7 @@ impl Channel {
     }
 
     /// Time has passed: closes the connection when CONNECT did not complete in time, or when
-    /// nothing arrived for 1.5 × keep alive (v5 [MQTT-3.1.2-22]). `reading` is false while the
+    /// nothing arrived for 1.5 × keep alive [MQTT-3.1.2-22] ([3.1.1: MQTT-3.1.2-24]). `reading` is false while the
     /// transport does not read from the client (its output is backlogged); neither then nor
     /// while this channel holds the client back does silence count against it.
     pub fn handle_timeout(

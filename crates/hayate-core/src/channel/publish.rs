@@ -75,7 +75,7 @@ impl Channel {
             return Ok(());
         }
 
-        // [MQTT-3.3.2-4] the server may check a payload declared to be UTF-8.
+        // §3.3.2.3.2: the server may check a payload declared to be UTF-8.
         if publish.properties.payload_format_indicator == Some(1)
             && std::str::from_utf8(&publish.payload).is_err()
             && self.version.is_v5()
@@ -102,7 +102,7 @@ impl Channel {
                     out,
                 ));
             } else {
-                // v3 cannot say no: acknowledge and drop [MQTT-3.3.5-2].
+                // v3 cannot say no: acknowledge and drop [3.1.1: MQTT-3.3.5-2].
                 self.acknowledge(&publish, ReasonCode::SUCCESS, out);
             }
             return Ok(());
@@ -141,7 +141,7 @@ impl Channel {
         Ok(())
     }
 
-    /// PUBACK for QoS 1 [MQTT-4.3.2-2], PUBREC for QoS 2 [MQTT-4.3.3-2], nothing for QoS 0.
+    /// PUBACK for QoS 1 [MQTT-4.3.2-4], PUBREC for QoS 2 [MQTT-4.3.3-8], nothing for QoS 0.
     fn acknowledge(&self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
         let Some(packet_id) = publish.packet_id else {
             return;
@@ -164,7 +164,7 @@ impl Channel {
     }
 
     /// Refuses a v5 publish with an error reason; for QoS 2 the flow ends there, so the packet
-    /// id is free again [MQTT-4.3.3-4].
+    /// id is free again [MQTT-4.3.3-9].
     fn refuse_publish(&mut self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
         self.forget_qos2(publish, out);
         self.acknowledge(publish, reason, out);

@@ -35,7 +35,7 @@ impl Channel {
                 self.subscribe_one(filter, *options, subscription_id, now, &mut retained, out)?;
             reason_codes.push(code);
         }
-        // [MQTT-3.8.4-1] SUBACK with the same packet id; [MQTT-3.9.3-1] one code per filter.
+        // [MQTT-3.8.4-1] SUBACK with the same packet id [MQTT-3.8.4-2]; one code per filter [MQTT-3.8.4-6] in filter order [MQTT-3.9.3-1].
         let suback = SubAck {
             packet_id: subscribe.packet_id,
             reason_codes,
@@ -109,7 +109,7 @@ impl Channel {
         if over_quota {
             return Ok(failure(ReasonCode::QUOTA_EXCEEDED));
         }
-        // [MQTT-3.8.4-6] grant at most the server's maximum QoS.
+        // §3.8.4: grant at most the server's maximum QoS; the SUBACK shows it [MQTT-3.8.4-7].
         options.qos = options.qos.min(config.maximum_qos());
         if self.version != ProtocolVersion::V5 {
             options.no_local = false;
@@ -131,8 +131,8 @@ impl Channel {
         if !existed {
             crate::stats::Stats::add(&self.broker.stats.subscriptions, 1);
         }
-        // Retained messages: never for shared subscriptions [MQTT-4.8.2-...]; per Retain
-        // Handling otherwise; sent with RETAIN set [MQTT-3.3.1-8].
+        // Retained messages: never for shared subscriptions (§4.8.2); per Retain
+        // Handling otherwise; sent with RETAIN set (§3.3.1.3; [3.1.1: MQTT-3.3.1-8]).
         let send_retained = shared.is_none()
             && options.retain_handling != RETAIN_NEVER
             && !(options.retain_handling == RETAIN_IF_NEW && existed);
@@ -199,7 +199,7 @@ impl Channel {
             // The v3 UNSUBACK has no payload.
             reason_codes.clear();
         }
-        // [MQTT-3.10.4-4] UNSUBACK even when nothing matched; [MQTT-3.10.4-5] same packet id.
+        // [MQTT-3.10.4-4] UNSUBACK with the same packet id, even when nothing matched [MQTT-3.10.4-5].
         let unsuback = UnsubAck {
             packet_id: unsubscribe.packet_id,
             reason_codes,

@@ -3,8 +3,9 @@
 //! readiness style: wait until reading or writing can make progress, then read or write what
 //! is possible now without waiting.
 //!
-//! Plain TCP implements it directly on the socket (the fast path: readiness from epoll, no
-//! buffer while idle). Every other stream is an `AsyncRead + AsyncWrite` and goes through
+//! Plain TCP implements it directly on the socket ([`tcp::Tcp`]: readiness from epoll, read
+//! interest registered apart from write interest so epoll reports sockets in the order their
+//! data arrived, no buffer while idle). Every other stream is an `AsyncRead + AsyncWrite` and goes through
 //! [`Polled`], which drives it with the task's waker while waiting and with a no-op waker for
 //! the non-blocking calls.
 //!
@@ -12,6 +13,7 @@
 //! knows nothing of MQTT packets, sessions or routing.
 
 pub(crate) mod psk;
+pub(crate) mod tcp;
 pub(crate) mod tls;
 pub(crate) mod ws;
 
@@ -21,7 +23,6 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 /// What a wait on the transport found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,43 +58,6 @@ pub(crate) trait Transport: Send + Unpin + 'static {
     /// frames): the connection keeps waiting for write progress until they are out.
     fn wants_flush(&self) -> bool {
         false
-    }
-}
-
-impl Transport for TcpStream {
-    fn poll_progress(
-        &mut self,
-        cx: &mut Context<'_>,
-        read: bool,
-        out: &mut OutBuf,
-    ) -> Poll<io::Result<Progress>> {
-        if read {
-            match self.poll_read_ready(cx) {
-                Poll::Ready(Ok(())) => return Poll::Ready(Ok(Progress::Readable)),
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                Poll::Pending => {}
-            }
-        }
-        if !out.is_empty() {
-            match self.poll_write_ready(cx) {
-                Poll::Ready(Ok(())) => return Poll::Ready(Ok(Progress::Writable(0))),
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                Poll::Pending => {}
-            }
-        }
-        Poll::Pending
-    }
-
-    fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        TcpStream::try_read_buf(self, buf)
-    }
-
-    fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        TcpStream::try_write_vectored(self, bufs)
-    }
-
-    fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        AsyncWrite::poll_shutdown(Pin::new(self), cx)
     }
 }
 

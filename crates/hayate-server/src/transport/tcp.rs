@@ -1,0 +1,152 @@
+//! Plain TCP, registered with the reactor for **reading only**; write readiness is asked for
+//! through a second registration (of a duplicate of the socket's descriptor) only while output
+//! waits for the socket.
+//!
+//! Why not Tokio's `TcpStream`: it registers every socket for readable and writable readiness
+//! at once. The client's ACK of our last output then puts the socket on epoll's ready list, and
+//! when data arrives later the socket keeps that earlier place: one `epoll_wait` reports it
+//! before a socket that got its data first, and its task runs first. A SUBSCRIBE from one client
+//! followed microseconds later by a PUBLISH from another is then handled in the wrong order and
+//! the subscriber misses the message (see `docs/design/backpressure.md`, "Arrival order"). With
+//! separate registrations a write-space event moves only the write registration, and the read
+//! registration's place in the ready list is the order in which data arrived.
+
+use super::{Progress, Transport};
+use bytes::BytesMut;
+use hayate_session::OutBuf;
+use std::io::{self, IoSlice, Write};
+use std::net::{Shutdown, TcpStream};
+use std::task::{Context, Poll};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// A plain TCP connection. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Tcp {
+    read: AsyncFd<TcpStream>,
+    /// Registered for write readiness while output waits; boxed since most connections are
+    /// idle or keep up.
+    write: Option<Box<AsyncFd<TcpStream>>>,
+}
+
+impl Tcp {
+    /// Takes over an accepted socket (non-blocking) and registers it for reading.
+    pub(crate) fn new(stream: tokio::net::TcpStream) -> io::Result<Tcp> {
+        Ok(Tcp {
+            read: register(stream.into_std()?, Interest::READABLE)?,
+            write: None,
+        })
+    }
+
+    /// The write registration, made on first need.
+    fn write_registration(&mut self) -> io::Result<&AsyncFd<TcpStream>> {
+        if self.write.is_none() {
+            let duplicate = self.read.get_ref().try_clone()?;
+            self.write = Some(Box::new(register(duplicate, Interest::WRITABLE)?));
+        }
+        Ok(self.write.as_deref().expect("just made"))
+    }
+}
+
+/// Registers a socket with the reactor for `interest`.
+fn register(stream: TcpStream, interest: Interest) -> io::Result<AsyncFd<TcpStream>> {
+    #[allow(unsafe_code)]
+    // SAFETY: the `AsyncFd` takes ownership of `stream`, whose descriptor is valid and open,
+    // is closed only when the stream is dropped (with the `AsyncFd`), and is the same for the
+    // stream's whole life, as `register_with_interest` requires.
+    let registered = unsafe { AsyncFd::register_with_interest(stream, interest) };
+    registered.map_err(|error| error.into_parts().1)
+}
+
+/// Writes as much of `out` as the socket takes now.
+fn write_out(stream: &TcpStream, out: &mut OutBuf) -> io::Result<usize> {
+    let mut written = 0;
+    while !out.is_empty() {
+        let mut slices = [IoSlice::new(&[]); 64];
+        let count = out.io_slices(&mut slices);
+        match (&*stream).write_vectored(&slices[..count]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                out.advance(n);
+                written += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && written > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
+}
+
+impl Transport for Tcp {
+    fn poll_progress(
+        &mut self,
+        cx: &mut Context<'_>,
+        read: bool,
+        out: &mut OutBuf,
+    ) -> Poll<io::Result<Progress>> {
+        if read {
+            match self.read.poll_read_ready(cx) {
+                // Readiness stays set until a read finds nothing (`try_read_buf`).
+                Poll::Ready(Ok(_)) => return Poll::Ready(Ok(Progress::Readable)),
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => {}
+            }
+        }
+        if out.is_empty() {
+            // Nothing waits for the socket: give the second registration back.
+            self.write = None;
+            return Poll::Pending;
+        }
+        let write = match self.write_registration() {
+            Ok(write) => write,
+            Err(error) => return Poll::Ready(Err(error)),
+        };
+        loop {
+            let mut guard = match write.poll_write_ready(cx) {
+                Poll::Ready(Ok(guard)) => guard,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            };
+            // A `WouldBlock` clears the readiness, and the loop registers the waker again.
+            match guard.try_io(|stream| write_out(stream.get_ref(), out)) {
+                Ok(Ok(written)) => return Poll::Ready(Ok(Progress::Writable(written))),
+                Ok(Err(error)) => return Poll::Ready(Err(error)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.read.try_io(Interest::READABLE, |stream| {
+            let sock = socket2::SockRef::from(stream);
+            let spare = buf.spare_capacity_mut();
+            let n = loop {
+                match sock.recv(spare) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => break other?,
+                }
+            };
+            #[allow(unsafe_code)]
+            // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it never
+            // reports more than it was given), so they may become part of the buffer.
+            unsafe {
+                buf.set_len(buf.len() + n);
+            }
+            Ok(n)
+        })
+    }
+
+    fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        // Written directly: write readiness is only waited for (in `poll_progress`) once the
+        // socket stopped taking bytes.
+        self.read.get_ref().write_vectored(bufs)
+    }
+
+    fn poll_shutdown(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(match self.read.get_ref().shutdown(Shutdown::Write) {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            other => other,
+        })
+    }
+}
