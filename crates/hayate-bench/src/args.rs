@@ -17,6 +17,10 @@ pub struct BenchArgs {
 #[derive(Debug, Clone, Subcommand, Serialize, Deserialize)]
 pub enum BenchCommand {
     /// S1: C publisher connections driven by P workers into one wildcard subscriber.
+    ///
+    /// By default a capacity test (--shape batch: several PUBLISH per write, closed loop);
+    /// --shape open and --shape paho send the way device fleets and paho clients do (one
+    /// PUBLISH per write).
     FanIn(FanInArgs),
     /// S2: one publisher at a fixed interval, one subscriber; latency percentiles over time.
     Latency(LatencyArgs),
@@ -61,6 +65,40 @@ impl MqttVersion {
             MqttVersion::V311 => "3.1.1",
             MqttVersion::V5 => "5",
         }
+    }
+}
+
+/// How fan-in publishers write and wait (`--shape`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+pub enum Shape {
+    /// Capacity test: up to `--batch` PUBLISH packets per write; closed loop within
+    /// `--window` of the subscriber, or open loop with `--rate`/`--rate-schedule`.
+    #[default]
+    Batch,
+    /// Open loop at a fixed rate per connection (`--rate-per-connection`, or `--rate` spread
+    /// over the connections); every PUBLISH is its own write; QoS 1/2 acknowledgements are not
+    /// waited for (up to `--inflight` outstanding per connection).
+    Open,
+    /// Like a paho client: each worker takes the next of its connections round robin, writes
+    /// one PUBLISH and waits for it to complete (QoS 0: the write returned; QoS 1: PUBACK;
+    /// QoS 2: PUBCOMP) before the next. As fast as that goes within `--window`, or paced with
+    /// `--rate-per-connection`/`--rate`.
+    Paho,
+}
+
+impl Shape {
+    /// As written in results.
+    pub fn label(self) -> &'static str {
+        match self {
+            Shape::Batch => "batch",
+            Shape::Open => "open",
+            Shape::Paho => "paho",
+        }
+    }
+
+    /// True when every PUBLISH is written on its own (open and paho).
+    pub fn one_per_write(self) -> bool {
+        self != Shape::Batch
     }
 }
 
@@ -202,9 +240,23 @@ pub struct FanInArgs {
     /// Publisher connections (C).
     #[arg(short = 'c', long, default_value_t = 1000)]
     pub connections: u64,
-    /// Sender tasks driving the connections (P), each over its own share of them.
+    /// Sender tasks driving the connections (P), each over its own share of them (worker w
+    /// takes connections w, w + P, w + 2P, ... in turn).
     #[arg(short = 'w', long, default_value_t = 100)]
     pub workers: u64,
+    /// How the publishers write and wait: `batch` (the capacity test: up to --batch PUBLISH
+    /// per write, closed loop within --window unless --rate is given), `open` (open loop at
+    /// --rate-per-connection, one PUBLISH per write, acknowledgements not waited for) or
+    /// `paho` (each worker publishes on its next connection and waits for the write, the
+    /// PUBACK or the PUBCOMP before the next: at most one message per worker outstanding).
+    #[arg(long, value_enum, default_value = "batch")]
+    #[serde(default)]
+    pub shape: Shape,
+    /// Messages per second per connection (--shape open or paho; the total rate is this
+    /// times --connections).
+    #[arg(long, value_name = "PER_S")]
+    #[serde(default)]
+    pub rate_per_connection: Option<f64>,
     /// Messages to send in total (default 1,000,000 unless --duration is given).
     #[arg(short = 'n', long)]
     pub messages: Option<u64>,
@@ -220,7 +272,8 @@ pub struct FanInArgs {
     /// Payload bytes (at least the 24-byte bench header is sent).
     #[arg(short = 's', long, default_value_t = 24)]
     pub payload: u64,
-    /// Closed loop: messages the senders may run ahead of the subscriber (default 100,000).
+    /// Closed loop (the default of --shape batch and paho): messages the senders may run ahead
+    /// of the subscriber (default 100,000).
     #[arg(long)]
     pub window: Option<u64>,
     /// Fixed total rate in messages/s (open loop, coordinated-omission-corrected latency);
@@ -242,11 +295,12 @@ pub struct FanInArgs {
     /// recovered; default: twice the p99 of the last phase's second half, at least 1 ms.
     #[arg(long, value_name = "MS")]
     pub recovery_p99_ms: Option<f64>,
-    /// Most messages written to one connection in one write.
+    /// --shape batch: most messages written to one connection in one write (open and paho
+    /// write one).
     #[arg(long, default_value_t = 16)]
     pub batch: u64,
     /// Unacknowledged QoS 1/2 messages per connection (capped by the broker's v5 Receive
-    /// Maximum).
+    /// Maximum; --shape paho: 1).
     #[arg(long, default_value_t = 64)]
     pub inflight: u64,
     /// Topic template; `%i` is the publisher index, zero-padded to 6 digits.

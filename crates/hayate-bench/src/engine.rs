@@ -13,6 +13,7 @@ mod publish;
 mod receive;
 mod worker;
 
+use crate::args::Shape;
 use crate::client::{connect, ClientConfig, Conn};
 use crate::clock::{Clock, Schedule};
 use crate::rate_schedule::RatePhase;
@@ -118,6 +119,12 @@ pub struct PublishSpec {
     pub warmup_ns: u64,
     /// Closed loop: the part's initial credit (its share of the window); `None` = unlimited.
     pub window: Option<u64>,
+    /// How the senders write and wait: `Batch` as above; `Open` and `Paho` write every
+    /// PUBLISH on its own and give each worker a share of the rate and of the count in
+    /// proportion to its connections (the same rate on every connection); `Paho` also waits
+    /// after each PUBLISH for its write, PUBACK or PUBCOMP.
+    #[serde(default)]
+    pub shape: Shape,
 }
 
 /// How a subscriber part derives the stream key of a message.
@@ -278,6 +285,9 @@ pub struct PartReport {
     pub last_send_ns: Option<u64>,
     /// Messages sent per interval.
     pub series_sent: Vec<u64>,
+    /// Writes (flushes of a connection's buffer) that carried PUBLISH packets.
+    #[serde(default)]
+    pub publish_writes: u64,
     /// Closed-loop stalls.
     pub window_stalls: u64,
     /// Receive figures (subscriber parts).

@@ -5,7 +5,10 @@
 
 use crate::compare::METRICS;
 use crate::error::{BenchError, Result};
-use crate::report::{bytes, micros, num, recovery_text, schedule_config_text, threshold_text};
+use crate::report::{
+    bytes, micros, num, per_write_text, recovery_text, schedule_config_text, shape_text,
+    threshold_text,
+};
 use crate::results::{
     BenchResult, CompareResult, LatencySummary, MachineInfo, RateScheduleStats, TimePoint,
 };
@@ -552,6 +555,9 @@ fn config_text(r: &BenchResult) -> String {
         }
         _ => {}
     }
+    if let Some(shape) = shape_text(c) {
+        let _ = write!(cfg, ", {shape}");
+    }
     if let Some(d) = c.duration_s {
         let _ = write!(cfg, ", {d} s");
     }
@@ -627,9 +633,10 @@ fn summary_rows(r: &BenchResult) -> Vec<(String, String)> {
         rows.push((
             "messages".into(),
             format!(
-                "sent {} ({} msg/s), received {} ({} msg/s), success {:.2}%",
+                "sent {} ({} msg/s{}), received {} ({} msg/s), success {:.2}%",
                 num(m.sent as f64),
                 num(m.send_rate_per_s),
+                per_write_text(m),
                 num(m.received as f64),
                 num(m.receive_rate_per_s),
                 m.success_percent

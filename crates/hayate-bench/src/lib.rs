@@ -14,7 +14,9 @@
 //!   `fan-in --rate-schedule` changes the offered rate by phase and reports each phase and the
 //!   recovery after a rate decrease ([`rate_schedule`]);
 //! - clients are async on a few runtime threads; PUBLISH packets are encoded into reused
-//!   per-connection buffers (`encode_publish_header` + payload) and written in batches;
+//!   per-connection buffers (`encode_publish_header` + payload) and written in batches (the
+//!   capacity test), or one per write with `fan-in --shape open|paho` (the seed shape: a
+//!   fixed rate per connection, or workers that wait for each publish like paho clients);
 //! - past ~15k connections the run spreads over worker processes ([`multiproc`]) and merges
 //!   their results; `--broker-pid` samples the broker's CPU and RSS from `/proc`.
 //!

@@ -6,12 +6,35 @@ use crate::clock::Clock;
 use crate::engine::PartLive;
 use crate::procstat::SampleLog;
 use crate::results::{
-    BenchResult, CompareResult, LatencySummary, RateScheduleStats, RecoveryStats, TimePoint,
+    BenchResult, CompareResult, LatencySummary, MessageStats, RateScheduleStats, RecoveryStats,
+    RunConfig, TimePoint,
 };
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::watch;
+
+/// fan-in's `--shape` for the config line: `shape batch (capacity test)`, `shape open (one
+/// PUBLISH per write, 1 msg/s per connection)`...; `None` for the other scenarios.
+pub fn shape_text(c: &RunConfig) -> Option<String> {
+    let shape = c.shape.as_deref()?;
+    let per_connection = c.rate_per_connection_per_s.map_or(String::new(), |r| {
+        format!(", {} msg/s per connection", num(r))
+    });
+    Some(match shape {
+        "batch" => "shape batch (capacity test)".into(),
+        "paho" => format!("shape paho (one PUBLISH per write, each waited for{per_connection})"),
+        other => format!("shape {other} (one PUBLISH per write{per_connection})"),
+    })
+}
+
+/// `, N msg/write` when the publishers' writes were counted.
+pub fn per_write_text(m: &MessageStats) -> String {
+    if m.publish_writes == 0 {
+        return String::new();
+    }
+    format!(", {:.2} msg/write", m.sent as f64 / m.publish_writes as f64)
+}
 
 /// Bytes in human units.
 pub fn bytes(b: f64) -> String {
@@ -136,6 +159,9 @@ pub fn summary_text(r: &BenchResult) -> String {
             _ => {}
         }
     }
+    if let Some(shape) = shape_text(c) {
+        let _ = write!(cfg, ", {shape}");
+    }
     let _ = write!(
         cfg,
         ", {} process(es) × {} thread(s)",
@@ -177,9 +203,10 @@ pub fn summary_text(r: &BenchResult) -> String {
     if let Some(m) = &r.messages {
         let _ = writeln!(
             o,
-            "messages      sent {} ({} msg/s)  received {} ({} msg/s)  success {:.2}%",
+            "messages      sent {} ({} msg/s{})  received {} ({} msg/s)  success {:.2}%",
             num(m.sent as f64),
             num(m.send_rate_per_s),
+            per_write_text(m),
             num(m.received as f64),
             num(m.receive_rate_per_s),
             m.success_percent

@@ -149,6 +149,16 @@ pub struct RunConfig {
     /// `"fixed-rate"` (open loop), `"rate-schedule"` (open loop, the rate changing by phase)
     /// or `"closed-loop"`; `null` without traffic.
     pub pacing: Option<String>,
+    /// fan-in `--shape`: `"batch"` (the capacity test: up to `batch` PUBLISH per write),
+    /// `"open"` (one PUBLISH per write at a fixed rate per connection, acknowledgements not
+    /// waited for) or `"paho"` (one PUBLISH per write, each waited for: write, PUBACK or
+    /// PUBCOMP); `null` for the other scenarios.
+    #[serde(default)]
+    pub shape: Option<String>,
+    /// fan-in `--shape open|paho` at a fixed rate: messages/s of each publisher connection;
+    /// `null` otherwise.
+    #[serde(default)]
+    pub rate_per_connection_per_s: Option<f64>,
     /// `fan-in --rate-schedule`: the phases, run in order; `null` otherwise.
     #[serde(default)]
     pub rate_schedule: Option<Vec<RatePhase>>,
@@ -335,6 +345,10 @@ pub struct ConnectionStats {
 pub struct MessageStats {
     /// PUBLISH packets written by the publishers (warm-up included).
     pub sent: u64,
+    /// Writes (flushes of a publisher connection's buffer) that carried PUBLISH packets:
+    /// `sent / publish_writes` is the messages per write (1 for fan-in `--shape open|paho`).
+    #[serde(default)]
+    pub publish_writes: u64,
     /// Of those, messages whose intended send time is after the warm-up.
     pub sent_counted: u64,
     /// QoS 1/2 publishes acknowledged by the broker (PUBACK / PUBCOMP).

@@ -5,6 +5,7 @@ use super::pubconn::PubConn;
 use super::worker::{publish_worker, WorkerCtx, WorkerOut};
 use super::{wait_go, wait_stop, PartControl, PartEvent, PartReport, PartSpec, PhaseSend};
 use super::{PublishSpec, TopicPlan};
+use crate::args::Shape;
 use crate::client::{Conn, TopicTemplate};
 use crate::clock::{Clock, PacePhase, PrecisionTimer, Schedule};
 use crate::payload;
@@ -34,7 +35,7 @@ pub(super) async fn run_publishers(
         TopicPlan::Fixed { topic } => topic,
     });
     let groups = share_out(p, &template, conns, workers);
-    let run = PartRun::new(p, go, clock);
+    let run = PartRun::new(p, go, clock, &groups);
     let mut set = JoinSet::new();
     for (w, group) in groups.into_iter().enumerate() {
         let ctx = run.worker_ctx(spec, p, ctrl, &template, (w as u64, workers), &group);
@@ -107,10 +108,14 @@ struct PartRun {
     phase_bounds: Vec<u64>,
     deadline: u64,
     timer: Option<Arc<PrecisionTimer>>,
+    /// One PUBLISH per write (`--shape open|paho`): each worker's connections, its weight in
+    /// the split of the rate and of the count (so that every connection gets the same rate);
+    /// empty: the workers share evenly.
+    weights: Vec<u64>,
 }
 
 impl PartRun {
-    fn new(p: &PublishSpec, go: u64, clock: Clock) -> PartRun {
+    fn new(p: &PublishSpec, go: u64, clock: Clock, groups: &[Vec<PubConn>]) -> PartRun {
         let phase_bounds: Vec<u64> = if p.phases.is_empty() {
             Vec::new()
         } else {
@@ -136,23 +141,49 @@ impl PartRun {
             phase_bounds,
             deadline,
             timer,
+            weights: if p.shape.one_per_write() {
+                groups.iter().map(|g| g.len() as u64).collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 
-    /// Worker `w` of `workers`: its share of the count (split evenly over the workers).
+    /// Worker `w`'s weight and the sum of the weights (`None`: even split).
+    fn weight(&self, w: u64) -> Option<(u64, u64)> {
+        let sum: u64 = self.weights.iter().sum();
+        let own = *self.weights.get(w as usize)?;
+        (sum > 0).then_some((own, sum))
+    }
+
+    /// Worker `w` of `workers`: its share of the count (split evenly over the workers, or
+    /// exactly by weight).
     fn quota(&self, (w, workers): (u64, u64)) -> u64 {
         if self.total == u64::MAX {
-            u64::MAX
-        } else {
-            self.total / workers + u64::from(w < self.total % workers)
+            return u64::MAX;
+        }
+        match self.weight(w) {
+            Some((_, sum)) => {
+                let before: u64 = self.weights[..w as usize].iter().sum();
+                let upto = before + self.weights[w as usize];
+                let at = |n: u64| (u128::from(self.total) * u128::from(n) / u128::from(sum)) as u64;
+                at(upto) - at(before)
+            }
+            None => self.total / workers + u64::from(w < self.total % workers),
         }
     }
 
-    /// Worker `w` of `workers`: its pacing phases, each its share of the rate; its messages
-    /// are staggered by `w` periods of the part's total rate. Empty: closed loop.
+    /// Worker `w` of `workers`: its pacing phases, each its share of the rate (even, or by
+    /// weight); its messages are staggered by `w` periods of the part's total rate. Empty:
+    /// closed loop.
     fn pacing(&self, p: &PublishSpec, (w, workers): (u64, u64)) -> Vec<PacePhase> {
+        let weight = self.weight(w);
         let worker_schedule = |start: u64, r: f64| {
-            let mut s = Schedule::new(start, r / workers as f64);
+            let rate = match weight {
+                Some((own, sum)) => r * own as f64 / sum as f64,
+                None => r / workers as f64,
+            };
+            let mut s = Schedule::new(start, rate);
             s.start = start + (w as f64 * 1e9 / r) as u64;
             s
         };
@@ -197,7 +228,13 @@ impl PartRun {
             template: Some(template.clone()),
             cycle_topics: cycle_topics(spec, p, group),
             max_inflight: p.inflight.max(1).min(receive_max),
-            batch: p.batch.max(1),
+            batch: if p.shape.one_per_write() {
+                1
+            } else {
+                p.batch.max(1)
+            },
+            one_per_write: p.shape.one_per_write(),
+            wait: p.shape == Shape::Paho,
             pacing: self.pacing(p, worker),
             phase_bounds: self.phase_bounds.clone(),
             quota: self.quota(worker),
@@ -236,6 +273,7 @@ fn merge(report: &mut PartReport, out: WorkerOut) -> Vec<Conn> {
     report.counted += out.counted;
     report.acked += out.acked;
     report.window_stalls += out.stalls;
+    report.publish_writes += out.writes;
     if report.phases.len() < out.phases.len() {
         report.phases.resize(out.phases.len(), PhaseSend::default());
     }

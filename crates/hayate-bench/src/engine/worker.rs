@@ -1,7 +1,8 @@
 //! One sender task of a publisher part: it owns a share of the part's connections and sends
 //! on them in turn, paced by a schedule (open loop) or by the subscriber's window (closed
 //! loop). [`publish_worker`] is its loop, one function per step: how many messages may go,
-//! which connection, is it ready, claim the window, encode, write, count.
+//! which connection, is it ready, claim the window, encode, write, count, and (`--shape
+//! paho`) wait for the message to complete.
 
 use super::pubconn::PubConn;
 use super::{PartLive, PhaseSend, TopicPlan};
@@ -26,6 +27,8 @@ pub(super) struct WorkerOut {
     pub(super) first_ns: Option<u64>,
     pub(super) last_ns: Option<u64>,
     pub(super) stalls: u64,
+    /// Writes that carried PUBLISH packets.
+    pub(super) writes: u64,
     pub(super) phases: Vec<PhaseSend>,
     pub(super) conns: Vec<PubConn>,
 }
@@ -42,6 +45,7 @@ impl WorkerOut {
             first_ns: None,
             last_ns: None,
             stalls: 0,
+            writes: 0,
             phases: if ctx.phase_bounds.is_empty() {
                 Vec::new()
             } else {
@@ -76,7 +80,14 @@ pub(super) struct WorkerCtx {
     pub(super) template: Option<TopicTemplate>,
     pub(super) cycle_topics: Vec<u64>,
     pub(super) max_inflight: u64,
+    /// Most messages per write (1 with `one_per_write`).
     pub(super) batch: u64,
+    /// Every PUBLISH in a write of its own: acknowledgements pending in the write buffer go
+    /// out first, on their own.
+    pub(super) one_per_write: bool,
+    /// After each PUBLISH, wait for it to complete (`--shape paho`): QoS 1 for the PUBACK,
+    /// QoS 2 for the PUBCOMP (QoS 0: the write returning is the completion).
+    pub(super) wait: bool,
     /// Open loop: the pacing phases (one for `--rate`, one per phase of a rate schedule);
     /// empty: closed loop.
     pub(super) pacing: Vec<PacePhase>,
@@ -291,6 +302,9 @@ pub(super) async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> W
             continue;
         }
         account(&ctx, &mut out, st.phase, (allowance, counted), sent_ns);
+        if ctx.wait && !complete(&ctx, c, &mut out).await {
+            st.lose(&ctx, c);
+        }
     }
     complete_handshakes(&ctx, &mut conns, &mut out).await;
     out.conns = conns;
@@ -359,20 +373,42 @@ async fn ready(
         c.dead = true;
         return None;
     }
+    let allowance = if ctx.qos == QoS::AtMostOnce {
+        allowance
+    } else {
+        if !c
+            .wait_window(out, ctx.max_inflight, ctx.deadline, ctx.clock)
+            .await
+        {
+            c.dead = true;
+            return None;
+        }
+        if c.inflight >= ctx.max_inflight {
+            return None;
+        }
+        allowance.min(ctx.max_inflight - c.inflight)
+    };
+    if ctx.one_per_write && !c.conn.wbuf.is_empty() {
+        // Acknowledgements (PUBREL...) in a write of their own, not ahead of the PUBLISH.
+        if let Err(e) = c.conn.flush().await {
+            out.drop_io(&e);
+            c.dead = true;
+            return None;
+        }
+    }
+    Some(allowance)
+}
+
+/// `--shape paho`: waits until the PUBLISH just written on `c` completed: its PUBACK (QoS 1)
+/// or PUBCOMP (QoS 2) arrived, PUBREL sent in between; at QoS 0 the write returning was the
+/// completion. Gives up at the deadline (the handshake is completed after the run) and fails
+/// like any acknowledgement wait (connection lost, or no acknowledgement for 10 s). Returns
+/// false when the connection is unusable.
+async fn complete(ctx: &WorkerCtx, c: &mut PubConn, out: &mut WorkerOut) -> bool {
     if ctx.qos == QoS::AtMostOnce {
-        return Some(allowance);
+        return true;
     }
-    if !c
-        .wait_window(out, ctx.max_inflight, ctx.deadline, ctx.clock)
-        .await
-    {
-        c.dead = true;
-        return None;
-    }
-    if c.inflight >= ctx.max_inflight {
-        return None;
-    }
-    Some(allowance.min(ctx.max_inflight - c.inflight))
+    c.wait_window(out, 1, ctx.deadline, ctx.clock).await
 }
 
 /// Closed loop: claims up to `allowance` of the window atomically (concurrent workers must
@@ -467,6 +503,7 @@ fn account(
 ) {
     out.sent += sent;
     out.counted += counted;
+    out.writes += 1;
     if let Some(ps) = out.phases.get_mut(phase) {
         ps.sent += sent;
     }

@@ -233,6 +233,7 @@ fn message_stats(
     let mut last_send = None;
     for r in &g.finished.send_reports {
         m.sent += r.sent;
+        m.publish_writes += r.publish_writes;
         m.sent_counted += r.counted;
         m.acknowledged += r.acked;
         m.window_stalls += r.window_stalls;

@@ -6,7 +6,7 @@ use super::plan::{
     PerMessage, Plan, Setup,
 };
 use super::{share, split};
-use crate::args::{FanInArgs, LatencyArgs, SwarmArgs};
+use crate::args::{FanInArgs, LatencyArgs, Shape, SwarmArgs};
 use crate::client::wildcard_filter;
 use crate::clock::secs_to_ns;
 use crate::engine::{KeyMode, PartKind, PublishSpec, SubscribeSpec, TopicPlan};
@@ -33,6 +33,7 @@ struct Traffic<'a> {
     inflight: u64,
     topic: &'a str,
     warmup_ns: u64,
+    shape: Shape,
 }
 
 impl Traffic<'_> {
@@ -88,6 +89,7 @@ impl Traffic<'_> {
             inflight: self.inflight,
             warmup_ns: self.warmup_ns,
             window,
+            shape: self.shape,
         }
     }
 
@@ -264,6 +266,49 @@ fn check_fan_in(a: &FanInArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--shape` and `--rate-per-connection`: what each shape needs and refuses; warnings for
+/// options a shape ignores.
+fn check_shape(a: &FanInArgs, warnings: &mut Vec<String>) -> Result<()> {
+    if let Some(r) = a.rate_per_connection {
+        check_rate(Some(r), "--rate-per-connection")?;
+        if !a.shape.one_per_write() {
+            return Err(BenchError::invalid(
+                "--rate-per-connection paces --shape open or paho; --shape batch takes a total --rate",
+            ));
+        }
+        for (given, name) in [
+            (a.rate.is_some(), "--rate"),
+            (a.rate_schedule.is_some(), "--rate-schedule"),
+            (a.window.is_some(), "--window"),
+        ] {
+            if given {
+                return Err(BenchError::invalid(format!(
+                    "--rate-per-connection cannot be combined with {name}"
+                )));
+            }
+        }
+    }
+    let paced = a.rate.is_some() || a.rate_per_connection.is_some() || a.rate_schedule.is_some();
+    if a.shape == Shape::Open && !paced {
+        return Err(BenchError::invalid(
+            "--shape open is an open loop: give --rate-per-connection (or --rate, --rate-schedule)",
+        ));
+    }
+    let name = a.shape.label();
+    if a.shape.one_per_write() && a.batch != 16 {
+        warnings.push(format!(
+            "--batch applies to --shape batch only: --shape {name} writes every PUBLISH on its own"
+        ));
+    }
+    if a.shape == Shape::Paho && a.inflight != 64 {
+        warnings.push(
+            "--inflight does not apply to --shape paho: each worker has one message outstanding"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// The fan-in options checked after the rate schedule is parsed.
 fn check_fan_in_rest(a: &FanInArgs) -> Result<()> {
     if let Some(ms) = a.recovery_p99_ms {
@@ -296,6 +341,10 @@ pub(super) fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
     check_fan_in(a)?;
     let phases = schedule_phases(a, s, &mut warnings)?;
     check_fan_in_rest(a)?;
+    check_shape(a, &mut warnings)?;
+    let rate = a
+        .rate
+        .or(a.rate_per_connection.map(|r| r * a.connections as f64));
     let workers = if a.workers > a.connections {
         warnings.push(format!(
             "{} workers for {} connections: using {}",
@@ -315,7 +364,7 @@ pub(super) fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
     } else {
         Some(secs_to_ns(rate_schedule::total_s(&phases)))
     };
-    let window = if a.rate.is_none() && phases.is_empty() {
+    let window = if rate.is_none() && phases.is_empty() {
         Some(a.window.unwrap_or(100_000))
     } else {
         None
@@ -327,19 +376,28 @@ pub(super) fn plan_fan_in(a: &FanInArgs, s: &Setup) -> Result<Plan> {
         workers,
         messages,
         duration_ns,
-        rate: a.rate,
+        rate,
         phases: &phases,
         window,
         qos: a.qos,
         sub_qos: a.sub_qos,
         payload,
-        batch: a.batch,
-        inflight: a.inflight,
+        batch: if a.shape.one_per_write() { 1 } else { a.batch },
+        inflight: if a.shape == Shape::Paho {
+            1
+        } else {
+            a.inflight
+        },
         topic: &a.topic,
         warmup_ns: 0,
+        shape: a.shape,
     };
     let mut plan = traffic.plan(s, warnings)?;
     plan.config.payload_bytes_requested = Some(a.payload);
+    plan.config.shape = Some(a.shape.label().into());
+    plan.config.rate_per_connection_per_s = rate
+        .filter(|_| a.shape.one_per_write())
+        .map(|r| a.rate_per_connection.unwrap_or(r / a.connections as f64));
     plan.config.recovery_p99_ms = a.recovery_p99_ms;
     plan.recovery_p99_ms = a.recovery_p99_ms;
     Ok(plan)
@@ -379,6 +437,7 @@ pub(super) fn plan_latency(a: &LatencyArgs, s: &Setup) -> Result<Plan> {
         inflight: 64,
         topic: &a.topic,
         warmup_ns: secs_to_ns(a.warmup),
+        shape: Shape::Batch,
     };
     let mut plan = traffic.plan(s, warnings)?;
     plan.config.payload_bytes_requested = Some(a.payload);
@@ -423,6 +482,7 @@ pub(super) fn plan_swarm(a: &SwarmArgs, s: &Setup) -> Result<Plan> {
         inflight: 16,
         topic: &a.topic,
         warmup_ns: secs_to_ns(a.warmup),
+        shape: Shape::Batch,
     };
     let mut plan = traffic.plan(s, warnings)?;
     plan.config.payload_bytes_requested = Some(a.payload);

@@ -3,7 +3,7 @@
 //! planned here; the publisher scenarios (fan-in, latency, swarm) in `fan_in`.
 
 use super::{split, CONNECTIONS_PER_PROCESS};
-use crate::args::{CommonArgs, ConnArgs, FanOutArgs, TopicMode};
+use crate::args::{CommonArgs, ConnArgs, FanOutArgs, Shape, TopicMode};
 use crate::client::{ClientConfig, TopicTemplate};
 use crate::clock::{secs_to_ns, Clock};
 use crate::engine::{KeyMode, PartKind, PartSpec, PublishSpec, SubscribeSpec, TopicPlan};
@@ -312,6 +312,7 @@ pub(super) fn plan_fan_out(a: &FanOutArgs, s: &Setup) -> Result<Plan> {
             inflight: a.inflight,
             warmup_ns,
             window: None,
+            shape: Shape::Batch,
         }),
     );
     pub_spec.connect_rate = None;
