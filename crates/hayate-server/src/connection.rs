@@ -107,16 +107,15 @@ impl ShutdownSignal {
         self.notify.notify_waiters();
     }
 
-    /// Completes once shutdown has started.
-    async fn wait(&self) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        // Registered before the flag is read, so a trigger in between is not missed.
-        notified.as_mut().enable();
-        if self.started.load(Ordering::SeqCst) {
-            return;
-        }
-        notified.await;
+    /// The wait for shutdown, to be enabled (`Notified::enable`) before [`Self::started`] is
+    /// read, so that a trigger in between is not missed.
+    fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// True once shutdown has started.
+    fn started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
     }
 }
 
@@ -194,6 +193,19 @@ impl<T: Transport> Connection<T> {
     async fn serve(&mut self) -> Option<Close> {
         let shutdown = self.shutdown.clone();
         let doorbell = self.channel.doorbell().clone();
+        // Registered once for the connection's life: the shutdown signal is shared by every
+        // connection, and a wait made anew on each pass through the loop would take its lock
+        // twice per wake-up (every connection contending for it).
+        let shutdown_wait = shutdown.notified();
+        tokio::pin!(shutdown_wait);
+        shutdown_wait.as_mut().enable();
+        if shutdown.started() {
+            return Some(self.channel.close_with(
+                ReasonCode::SERVER_SHUTTING_DOWN,
+                CloseReason::ServerShutdown,
+                &mut self.out,
+            ));
+        }
         // One timer per connection: the connect timeout, then the keep-alive deadline. It is
         // not moved on every read; when it fires early (traffic arrived since it was set) the
         // channel says so and it is re-armed, so a busy connection touches the timer wheel
@@ -269,7 +281,7 @@ impl<T: Transport> Connection<T> {
                     }
                     timer.as_mut().reset(self.channel.poll_timeout().into());
                 }
-                _ = shutdown.wait() => {
+                _ = &mut shutdown_wait => {
                     return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
                 }
             }

@@ -16,7 +16,7 @@ use bytes::BytesMut;
 use hayate_session::OutBuf;
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -118,23 +118,44 @@ impl Transport for Tcp {
     }
 
     fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        self.read.try_io(Interest::READABLE, |stream| {
-            let sock = socket2::SockRef::from(stream);
-            let spare = buf.spare_capacity_mut();
-            let n = loop {
-                match sock.recv(spare) {
+        // Called after `poll_progress` reported the socket readable, so readiness is normally
+        // set and the no-op waker is never stored; if it is (readiness already cleared), the
+        // connection's next `poll_progress` stores its own waker before the task sleeps.
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut guard = match self.read.poll_read_ready(&mut cx) {
+            Poll::Ready(Ok(guard)) => guard,
+            Poll::Ready(Err(error)) => return Err(error),
+            Poll::Pending => return Err(io::ErrorKind::WouldBlock.into()),
+        };
+        let room = buf.spare_capacity_mut().len();
+        let read = guard.try_io(|stream| {
+            let sock = socket2::SockRef::from(stream.get_ref());
+            loop {
+                match sock.recv(buf.spare_capacity_mut()) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    other => break other?,
+                    other => break other,
                 }
-            };
-            #[allow(unsafe_code)]
-            // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it never
-            // reports more than it was given), so they may become part of the buffer.
-            unsafe {
-                buf.set_len(buf.len() + n);
             }
-            Ok(n)
-        })
+        });
+        let n = match read {
+            Ok(result) => result?,
+            // `WouldBlock`: readiness cleared by `try_io`.
+            Err(_would_block) => return Err(io::ErrorKind::WouldBlock.into()),
+        };
+        #[allow(unsafe_code)]
+        // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it never reports
+        // more than it was given), so they may become part of the buffer.
+        unsafe {
+            buf.set_len(buf.len() + n);
+        }
+        if n > 0 && n < room {
+            // A short read emptied the socket's receive queue: readiness is cleared now instead
+            // of by one more `recv` that would only return `WouldBlock` (one syscall per
+            // wake-up saved). Data arriving after that `recv` raises a new edge, which sets
+            // readiness again (Tokio clears only the readiness this guard observed).
+            guard.clear_ready();
+        }
+        Ok(n)
     }
 
     fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
