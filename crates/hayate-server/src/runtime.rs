@@ -12,16 +12,22 @@
 
 use std::io;
 
-/// A multi-threaded runtime with `threads` workers (at least 1), every driver enabled, and
-/// the LIFO slot off where the build allows it (see the module docs).
-pub fn build(threads: usize) -> io::Result<tokio::runtime::Runtime> {
+/// A multi-threaded runtime with `threads` workers (at least 1) and every driver enabled. With
+/// `keep_arrival_order` the LIFO slot is off where the build allows it (see the module docs);
+/// without it Tokio keeps the slot, which saves about 10 % CPU per message in the one message
+/// per wake-up shape and reverses the order of tasks woken together.
+pub fn build(threads: usize, keep_arrival_order: bool) -> io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder
         .worker_threads(threads.max(1))
         .thread_name("hayate-worker")
         .enable_all();
     #[cfg(tokio_unstable)]
-    builder.disable_lifo_slot();
+    if keep_arrival_order {
+        builder.disable_lifo_slot();
+    }
+    #[cfg(not(tokio_unstable))]
+    let _ = keep_arrival_order;
     builder.build()
 }
 

@@ -108,7 +108,7 @@ fn check(threads: usize, rounds: usize, load: usize) {
         hayate_server::runtime::keeps_arrival_order(),
         "built without --cfg tokio_unstable (.cargo/config.toml)"
     );
-    let runtime = hayate_server::runtime::build(threads).expect("runtime");
+    let runtime = hayate_server::runtime::build(threads, true).expect("runtime");
     let broker = runtime.block_on(TestBroker::start());
     let addr = broker.addr;
     let background = (load > 0).then(|| Load::start(addr, load));
