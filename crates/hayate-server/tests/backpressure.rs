@@ -62,11 +62,17 @@ async fn stalled_subscriber_blocks_nobody() {
     healthy.subscribe("bp/stall", QoS::AtLeastOnce, 1).await;
     let mut publisher = broker.client(ProtocolVersion::V311, "pub").await;
     let total = 1_000u16;
+    // The longest the healthy subscriber waits between two messages: at most one stall window
+    // (the stalled subscriber never makes progress, so it is found stalled once).
     let reader = tokio::spawn(async move {
+        let mut last = std::time::Instant::now();
+        let mut longest = Duration::ZERO;
         for _ in 0..total {
             healthy.recv_publish().await;
+            longest = longest.max(last.elapsed());
+            last = std::time::Instant::now();
         }
-        healthy
+        (healthy, longest)
     });
     let payload = vec![1u8; PAYLOAD];
     let started = std::time::Instant::now();
@@ -80,10 +86,14 @@ async fn stalled_subscriber_blocks_nobody() {
         "publisher held back for {:?}",
         started.elapsed()
     );
-    let mut healthy = tokio::time::timeout(Duration::from_secs(20), reader)
+    let (mut healthy, longest) = tokio::time::timeout(Duration::from_secs(20), reader)
         .await
         .expect("healthy reader")
         .expect("task");
+    assert!(
+        longest < Duration::from_millis(2500),
+        "the healthy subscriber waited {longest:?} between two messages; the stall window is 1 s"
+    );
     healthy.expect_nothing(Duration::from_millis(100)).await;
     let dropped = broker
         .handle
