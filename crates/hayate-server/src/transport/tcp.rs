@@ -1,15 +1,17 @@
-//! Plain TCP, registered with the reactor for **reading only**; write readiness is asked for
-//! through a second registration (of a duplicate of the socket's descriptor) only while output
-//! waits for the socket.
+//! Plain TCP, registered with the reactor for **reading only**; the registration asks for write
+//! readiness too only while output waits for the socket (a connection whose output is
+//! backlogged), and goes back to reading only once the output is written.
 //!
 //! Why not Tokio's `TcpStream`: it registers every socket for readable and writable readiness
 //! at once. The client's ACK of our last output then puts the socket on epoll's ready list, and
 //! when data arrives later the socket keeps that earlier place: one `epoll_wait` reports it
 //! before a socket that got its data first, and its task runs first. A SUBSCRIBE from one client
 //! followed microseconds later by a PUBLISH from another is then handled in the wrong order and
-//! the subscriber misses the message (see `docs/design/backpressure.md`, "Arrival order"). With
-//! separate registrations a write-space event moves only the write registration, and the read
-//! registration's place in the ready list is the order in which data arrived.
+//! the subscriber misses the message (see `docs/design/backpressure.md`, "Arrival order"). A
+//! socket registered for reading only enters the ready list when its data arrives. Changing the
+//! interest means registering again (Tokio has no way to modify it): two `epoll_ctl` calls when
+//! output starts waiting and two when it is written, no extra descriptor. A new registration
+//! reports the socket's current readiness, so no event is lost in between.
 
 use super::{Progress, Transport};
 use bytes::BytesMut;
@@ -23,28 +25,36 @@ use tokio::io::Interest;
 /// A plain TCP connection. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Tcp {
-    read: AsyncFd<TcpStream>,
-    /// Registered for write readiness while output waits; boxed since most connections are
-    /// idle or keep up.
-    write: Option<Box<AsyncFd<TcpStream>>>,
+    /// Always `Some` outside `set_write_interest`.
+    fd: Option<AsyncFd<TcpStream>>,
+    /// The registration includes write readiness.
+    writing: bool,
 }
 
 impl Tcp {
     /// Takes over an accepted socket (non-blocking) and registers it for reading.
     pub(crate) fn new(stream: tokio::net::TcpStream) -> io::Result<Tcp> {
         Ok(Tcp {
-            read: register(stream.into_std()?, Interest::READABLE)?,
-            write: None,
+            fd: Some(register(stream.into_std()?, Interest::READABLE)?),
+            writing: false,
         })
     }
 
-    /// The write registration, made on first need.
-    fn write_registration(&mut self) -> io::Result<&AsyncFd<TcpStream>> {
-        if self.write.is_none() {
-            let duplicate = self.read.get_ref().try_clone()?;
-            self.write = Some(Box::new(register(duplicate, Interest::WRITABLE)?));
-        }
-        Ok(self.write.as_deref().expect("just made"))
+    fn fd(&self) -> &AsyncFd<TcpStream> {
+        self.fd.as_ref().expect("registered")
+    }
+
+    /// Registers the socket again, for reading and (with `writing`) writing.
+    fn set_write_interest(&mut self, writing: bool) -> io::Result<()> {
+        let stream = self.fd.take().expect("registered").into_inner();
+        let interest = if writing {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        self.fd = Some(register(stream, interest)?);
+        self.writing = writing;
+        Ok(())
     }
 }
 
@@ -85,25 +95,27 @@ impl Transport for Tcp {
         read: bool,
         out: &mut OutBuf,
     ) -> Poll<io::Result<Progress>> {
+        let want_write = !out.is_empty();
+        if want_write != self.writing {
+            // Changed before any waker is stored, so none is lost with the old registration.
+            if let Err(error) = self.set_write_interest(want_write) {
+                return Poll::Ready(Err(error));
+            }
+        }
+        let fd = self.fd();
         if read {
-            match self.read.poll_read_ready(cx) {
+            match fd.poll_read_ready(cx) {
                 // Readiness stays set until a read finds nothing (`try_read_buf`).
                 Poll::Ready(Ok(_)) => return Poll::Ready(Ok(Progress::Readable)),
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
                 Poll::Pending => {}
             }
         }
-        if out.is_empty() {
-            // Nothing waits for the socket: give the second registration back.
-            self.write = None;
+        if !want_write {
             return Poll::Pending;
         }
-        let write = match self.write_registration() {
-            Ok(write) => write,
-            Err(error) => return Poll::Ready(Err(error)),
-        };
         loop {
-            let mut guard = match write.poll_write_ready(cx) {
+            let mut guard = match fd.poll_write_ready(cx) {
                 Poll::Ready(Ok(guard)) => guard,
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
                 Poll::Pending => return Poll::Pending,
@@ -122,7 +134,7 @@ impl Transport for Tcp {
         // set and the no-op waker is never stored; if it is (readiness already cleared), the
         // connection's next `poll_progress` stores its own waker before the task sleeps.
         let mut cx = Context::from_waker(Waker::noop());
-        let mut guard = match self.read.poll_read_ready(&mut cx) {
+        let mut guard = match self.fd().poll_read_ready(&mut cx) {
             Poll::Ready(Ok(guard)) => guard,
             Poll::Ready(Err(error)) => return Err(error),
             Poll::Pending => return Err(io::ErrorKind::WouldBlock.into()),
@@ -161,11 +173,11 @@ impl Transport for Tcp {
     fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         // Written directly: write readiness is only waited for (in `poll_progress`) once the
         // socket stopped taking bytes.
-        self.read.get_ref().write_vectored(bufs)
+        self.fd().get_ref().write_vectored(bufs)
     }
 
     fn poll_shutdown(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(match self.read.get_ref().shutdown(Shutdown::Write) {
+        Poll::Ready(match self.fd().get_ref().shutdown(Shutdown::Write) {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
             other => other,
         })
