@@ -38,7 +38,7 @@ impl Broker {
     pub fn new(config: BrokerConfig, hooks: Arc<dyn AuthHook>, now: Instant) -> Arc<Broker> {
         let memory = Arc::new(MemoryBudget::new(config.max_queued_bytes_total));
         Arc::new(Broker {
-            router: Router::new(config.shared_subscription_strategy),
+            router: Router::new(&config),
             memory: memory.clone(),
             session_limits: Arc::new(SessionLimits {
                 max_queued_messages: config.max_queued_messages,

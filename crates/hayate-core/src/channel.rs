@@ -21,7 +21,7 @@ use crate::router::WakeList;
 use crate::stats::Stats;
 use auth::AuthState;
 use hayate_codec::{encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode};
-use hayate_session::OutBuf;
+use hayate_session::{Arrival, OutBuf};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +93,9 @@ pub struct Channel {
     /// Before CONNECT completes: when the connection was opened (the connect timeout runs from
     /// it). After: when bytes last arrived (the keep-alive clock).
     last_input: Instant,
+    /// When the input being handled reached the broker (stamped on messages and
+    /// subscriptions for arrival order, `crate::arrival`).
+    arrival: Arrival,
 }
 
 impl Channel {
@@ -107,6 +110,7 @@ impl Channel {
                 now,
             ),
             last_input: now,
+            arrival: Arrival::UNKNOWN,
             input_ended: false,
             gate: None,
             broker,

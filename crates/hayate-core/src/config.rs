@@ -71,6 +71,13 @@ pub struct BrokerConfig {
     /// overflows and drops, counted) until it makes progress again. 0 disables back-pressure
     /// (messages beyond the queue limits are dropped).
     pub backpressure_stall_timeout_ms: u64,
+    /// Arrival order (`docs/design/arrival-order.md`): a subscription put in place after a
+    /// message that arrived later than its SUBSCRIBE was routed (another thread routed it
+    /// first) still receives that message, if the SUBSCRIBE was handled within this many
+    /// milliseconds of the message's arrival. 0 turns the catch-up off.
+    pub arrival_window_ms: u64,
+    /// Bytes (topic, payload, 64 per message) the arrival-order record may hold.
+    pub arrival_window_bytes: usize,
     /// Strategy of shared subscription groups.
     pub shared_subscription_strategy: SharedStrategy,
     /// Answer Request Response Information with this prefix as Response Information (empty =
@@ -98,6 +105,8 @@ impl Default for BrokerConfig {
             max_qos: 2,
             retain_available: true,
             backpressure_stall_timeout_ms: 5000,
+            arrival_window_ms: 100,
+            arrival_window_bytes: 8 * 1024 * 1024,
             shared_subscription_strategy: SharedStrategy::RoundRobin,
             response_information: String::new(),
         }

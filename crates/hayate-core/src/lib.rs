@@ -11,6 +11,7 @@
 //! `now`. The only async piece it touches is `tokio::sync::Notify`, the doorbell that wakes a
 //! connection task when a message is queued for it.
 
+mod arrival;
 pub mod broker;
 pub mod channel;
 pub mod close;
@@ -26,7 +27,7 @@ pub use broker::Broker;
 pub use channel::{Channel, ConnectionInfo, ReadGate};
 pub use close::{Close, CloseReason};
 pub use config::{BrokerConfig, SharedStrategy};
-pub use hayate_session::{Delivery, Message, OutBuf};
+pub use hayate_session::{Arrival, Delivery, Message, OutBuf};
 pub use hooks::{
     AuthHook, AuthStep, Authenticated, ClientInfo, ConnectionLimits, EnhancedAuth, ListenerInfo,
     StaticPolicy,

@@ -7,17 +7,18 @@
 //! read it, so they never wait for each other; SUBSCRIBE/UNSUBSCRIBE take it briefly to write.
 //! No session lock is held while the index lock is taken.
 
-use crate::config::SharedStrategy;
+use crate::arrival::RecentPublishes;
+use crate::config::{BrokerConfig, SharedStrategy};
 use crate::flow::Hint;
 use crate::hooks::AuthHook;
 use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
 use hayate_codec::{QoS, SubscriptionOptions};
-use hayate_session::{Delivery, EnqueueOutcome, Message};
+use hayate_session::{Arrival, Delivery, EnqueueOutcome, Message};
 use hayate_topic::{RetainedTree, SubscriptionIndex};
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Doorbells to ring once the current batch of packets is processed. A publisher collects them
 /// across its whole read buffer and rings each once at the end. `Notify` keeps a permit, so a
@@ -56,10 +57,25 @@ pub struct RouteOutcome {
     pub congested: Option<Arc<SessionCell>>,
 }
 
+/// A subscription put in place by [`Router::subscribe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subscribed {
+    /// It replaced an existing subscription of the same session to the same filter.
+    pub replaced: bool,
+    /// The index version it created: messages routed against an earlier version did not see
+    /// it (see [`Router::missed`]). 0 for shared subscriptions.
+    pub version: u64,
+}
+
 /// The router. See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Router {
     index: RwLock<SubscriptionIndex<u64, SubEntry>>,
+    /// Bumped (under the `index` write lock) by every non-shared subscription.
+    version: AtomicU64,
+    /// Recently routed messages, for subscriptions that arrived first but were put in place
+    /// after them (`crate::arrival`).
+    recent: RecentPublishes,
     shared: RwLock<SubscriptionIndex<Arc<str>, Arc<SharedGroup>>>,
     retained: RwLock<RetainedTree<Arc<Message>>>,
     strategy: SharedStrategy,
@@ -77,18 +93,25 @@ struct Target {
 }
 
 impl Router {
-    /// A router whose shared groups use `strategy`.
-    pub fn new(strategy: SharedStrategy) -> Router {
+    /// A router configured by `config` (shared-group strategy, arrival-order window).
+    pub fn new(config: &BrokerConfig) -> Router {
         Router {
-            strategy,
-            ..Router::default()
+            index: RwLock::default(),
+            version: AtomicU64::new(0),
+            recent: RecentPublishes::new(
+                Duration::from_millis(config.arrival_window_ms),
+                config.arrival_window_bytes,
+            ),
+            shared: RwLock::default(),
+            retained: RwLock::default(),
+            strategy: config.shared_subscription_strategy,
+            congested_sessions: AtomicUsize::new(0),
         }
     }
 
-    /// Adds or replaces a subscription; returns true when it replaced an existing one
-    /// [MQTT-3.8.4-3]. `filter` is the full text (with `$share/...` for shared ones) and must
-    /// be valid.
-    pub fn subscribe(&self, filter: &str, entry: SubEntry) -> bool {
+    /// Adds or replaces a subscription (replacing is [MQTT-3.8.4-3]). `filter` is the full
+    /// text (with `$share/...` for shared ones) and must be valid.
+    pub fn subscribe(&self, filter: &str, entry: SubEntry) -> Subscribed {
         match hayate_topic::parse_shared(filter) {
             Ok(Some(shared)) => {
                 let group_name: Arc<str> = Arc::from(shared.group);
@@ -108,19 +131,39 @@ impl Router {
                     }
                 };
                 let mut members = group.members.lock();
-                if let Some(existing) = members.iter_mut().find(|m| m.cell.id == entry.cell.id) {
-                    *existing = entry;
-                    true
-                } else {
-                    members.push(entry);
-                    false
+                let replaced = match members.iter_mut().find(|m| m.cell.id == entry.cell.id) {
+                    Some(existing) => {
+                        *existing = entry;
+                        true
+                    }
+                    None => {
+                        members.push(entry);
+                        false
+                    }
+                };
+                Subscribed {
+                    replaced,
+                    version: 0,
                 }
             }
             _ => {
                 let id = entry.cell.id;
-                self.index.write().insert(filter, id, entry).is_some()
+                let mut index = self.index.write();
+                let replaced = index.insert(filter, id, entry).is_some();
+                let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+                Subscribed { replaced, version }
             }
         }
+    }
+
+    /// Messages that arrived after `arrival` but were routed before index version `version`
+    /// existed, on topics `filter` matches, in arrival order: what a subscription that arrived
+    /// at `arrival` and was put in place as `version` would have received had the broker
+    /// handled packets strictly in arrival order (`docs/design/arrival-order.md`).
+    pub fn missed(&self, filter: &str, arrival: Arrival, version: u64) -> Vec<Arc<Message>> {
+        self.recent.missed(arrival, version, |message| {
+            hayate_topic::matches_filter(filter, &message.topic)
+        })
     }
 
     /// Removes a subscription; returns whether it existed.
@@ -217,6 +260,9 @@ impl Router {
             index.for_each_match(&message.topic, |_filter, _id, entry| {
                 add_target(&mut targets, entry, message);
             });
+            // Under the read lock: no subscription can appear between the match and this.
+            self.recent
+                .record(message, self.version.load(Ordering::Relaxed));
         }
         merge_targets(&mut targets);
         {

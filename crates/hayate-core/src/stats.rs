@@ -49,6 +49,9 @@ pub struct Stats {
     /// Times a congested subscriber was found stalled (no progress for the stall window) and
     /// stopped holding its publishers back.
     pub backpressure_stalls: AtomicU64,
+    /// Messages delivered to a new subscription because they arrived after its SUBSCRIBE but
+    /// were routed before it was in place (`docs/design/arrival-order.md`).
+    pub arrival_catch_up: AtomicU64,
 }
 
 impl Stats {

@@ -38,9 +38,11 @@ pub struct ServerConfig {
     pub listen: Vec<SocketAddr>,
     /// Worker threads; 0 means one per CPU core.
     pub threads: usize,
-    /// Handle packets from different connections in the order they arrived, as far as the
-    /// scheduler allows (Tokio's LIFO slot off; see `runtime.rs`). Costs about 10 % CPU per
-    /// message when every wake-up carries one message (docs/PERFORMANCE.md).
+    /// Keep arrival order across connections (`docs/design/arrival-order.md`): plain TCP
+    /// input is stamped with the kernel's receive time (`SO_TIMESTAMPNS`, read with
+    /// `recvmsg`) and a new subscription receives the messages that arrived after its
+    /// SUBSCRIBE but were routed before it was in place (within `[broker]
+    /// arrival_window_ms`). false: no stamps, no catch-up.
     pub keep_arrival_order: bool,
     /// Most simultaneous client connections; more are refused (CONNACK 0x97 / 0x03).
     pub max_connections: usize,

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use hayate_codec::{decode, ReasonCode};
 use hayate_core::stats::Stats;
 use hayate_core::{
-    Broker, Channel, Close, CloseReason, ConnectionInfo, OutBuf, ReadGate, WakeList,
+    Arrival, Broker, Channel, Close, CloseReason, ConnectionInfo, OutBuf, ReadGate, WakeList,
 };
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -37,6 +37,8 @@ pub(crate) struct ConnectionSettings {
     pub connect_timeout: Duration,
     pub max_packet_size: u32,
     pub max_pending_write_bytes: usize,
+    /// Stamp input with its arrival (`docs/design/arrival-order.md`).
+    pub keep_arrival_order: bool,
 }
 
 impl ConnectionSettings {
@@ -47,6 +49,7 @@ impl ConnectionSettings {
             connect_timeout: config.server.connect_timeout(),
             max_packet_size: config.broker.max_packet_size,
             max_pending_write_bytes: config.server.max_pending_write_bytes.max(64 * 1024),
+            keep_arrival_order: config.server.keep_arrival_order,
         }
     }
 }
@@ -81,7 +84,7 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
     shutdown: Arc<ShutdownSignal>,
     guard: G,
 ) {
-    let stream = match Tcp::new(stream) {
+    let stream = match Tcp::new(stream, settings.keep_arrival_order) {
         Ok(stream) => stream,
         Err(error) => {
             tracing::warn!(peer = ?info.peer, %error, "socket_registration_failed");
@@ -320,7 +323,12 @@ impl<T: Transport> Connection<T> {
                 }
                 Ok(n) => {
                     read_total += n;
-                    self.channel.on_input(n, now);
+                    let arrival = if self.settings.keep_arrival_order {
+                        self.stream.arrival()
+                    } else {
+                        Arrival::UNKNOWN
+                    };
+                    self.channel.on_input(n, now, arrival);
                     if let Some(close) = self.process_buffered(now) {
                         self.account_read(read_total);
                         return Some(Some(close));
@@ -517,7 +525,7 @@ mod tests {
             ..ConnectionInfo::default()
         };
         let connection = Connection::new(
-            Tcp::new(client).expect("register"),
+            Tcp::new(client, true).expect("register"),
             info,
             broker,
             settings,

@@ -107,6 +107,10 @@ pub(crate) async fn sys_loop(
             counter(&stats.publish_dropped),
         );
         publish(
+            "$SYS/broker/publish/messages/arrival catch-up",
+            counter(&stats.arrival_catch_up),
+        );
+        publish(
             "$SYS/broker/memory/queued/bytes",
             broker.memory.held().to_string(),
         );

@@ -34,9 +34,39 @@ pub struct Message {
     /// same client maps to the same value across sessions and connections, which
     /// `hash_client_id` shared subscriptions rely on.
     pub publisher_key: u64,
+    /// When the bytes carrying it reached the broker ([`Arrival::UNKNOWN`] for broker-made
+    /// messages).
+    pub arrival: Arrival,
     /// Encoded PUBLISH headers, one per distinct wire form, made on first use and then shared by
     /// every subscriber that receives that form. Lazily allocated: most messages use one form.
     encoded: Mutex<Vec<(u8, EncodedHeader)>>,
+}
+
+/// When the bytes of a packet reached the broker: nanoseconds since the Unix epoch, from the
+/// kernel's receive timestamp of the socket where the transport has one, else from the clock
+/// when the transport read them. Orders packets of different connections by arrival (see
+/// `docs/design/arrival-order.md`); only differences between arrivals mean anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Arrival(u64);
+
+impl Arrival {
+    /// Not known (broker-made messages, or a transport that does not tell).
+    pub const UNKNOWN: Arrival = Arrival(0);
+
+    /// An arrival `nanos` after the Unix epoch (0 is [`Arrival::UNKNOWN`]).
+    pub const fn from_nanos(nanos: u64) -> Arrival {
+        Arrival(nanos)
+    }
+
+    /// Nanoseconds since the Unix epoch (0 when unknown).
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// True unless [`Arrival::UNKNOWN`].
+    pub const fn is_known(self) -> bool {
+        self.0 != 0
+    }
 }
 
 /// What makes two deliveries of one message differ on the wire when no per-subscriber
@@ -75,6 +105,7 @@ impl Message {
             expires_at,
             publisher,
             publisher_key: 0,
+            arrival: Arrival::UNKNOWN,
             encoded: Mutex::new(Vec::new()),
         }
     }
@@ -82,6 +113,12 @@ impl Message {
     /// Sets [`Message::publisher_key`] (see [`publisher_key`] to compute it).
     pub fn with_publisher_key(mut self, key: u64) -> Message {
         self.publisher_key = key;
+        self
+    }
+
+    /// Sets [`Message::arrival`].
+    pub fn with_arrival(mut self, arrival: Arrival) -> Message {
+        self.arrival = arrival;
         self
     }
 

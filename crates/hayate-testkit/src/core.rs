@@ -24,8 +24,8 @@ use hayate_codec::{
     Publish, QoS, Subscribe, SubscriptionOptions, Will,
 };
 use hayate_core::{
-    Broker, BrokerConfig, Channel, Close, ConnectionInfo, ConnectionLimits, ListenerInfo, OutBuf,
-    ReadGate, SessionCell, StaticPolicy, WakeList,
+    Arrival, Broker, BrokerConfig, Channel, Close, ConnectionInfo, ConnectionLimits, ListenerInfo,
+    OutBuf, ReadGate, SessionCell, StaticPolicy, WakeList,
 };
 use std::cell::Cell;
 use std::future::Future;
@@ -160,6 +160,7 @@ impl CoreHarness {
             clock: self.clock.clone(),
             next_packet_id: 0,
             unread: Vec::new(),
+            arrival: None,
         }
     }
 
@@ -269,12 +270,29 @@ pub struct TestChannel {
     next_packet_id: u16,
     /// Packets decoded by a helper that looked only at the first one.
     unread: Vec<Packet>,
+    /// The arrival stamped on input from now on ([`TestChannel::arriving_at`]); `None`: the
+    /// injected time, in nanoseconds since `t0`, plus one.
+    arrival: Option<Arrival>,
 }
 
 impl TestChannel {
     /// The current injected time.
     pub fn now(&self) -> Instant {
         self.clock.now()
+    }
+
+    /// Stamps the input handled from now on as having reached the broker at `arrival` (the
+    /// transport's receive time), instead of at the injected time.
+    pub fn arriving_at(&mut self, arrival: Arrival) -> &mut TestChannel {
+        self.arrival = Some(arrival);
+        self
+    }
+
+    fn arrival(&self) -> Arrival {
+        self.arrival.unwrap_or_else(|| {
+            let nanos = u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+            Arrival::from_nanos(nanos + 1)
+        })
     }
 
     /// Sends CONNECT and returns the CONNACK; panics unless it was accepted. Anything written
@@ -316,7 +334,7 @@ impl TestChannel {
         let mut bytes = BytesMut::new();
         encode(&packet, version, &mut bytes).expect("packet encodes");
         let now = self.now();
-        self.channel.on_input(bytes.len(), now);
+        self.channel.on_input(bytes.len(), now, self.arrival());
         let result = self
             .channel
             .handle_packet(packet, now, &mut self.out, &mut self.wake);
@@ -327,7 +345,7 @@ impl TestChannel {
     /// `bytes` arrived at the current time (without a complete packet).
     pub fn on_input(&mut self, bytes: usize) {
         let now = self.now();
-        self.channel.on_input(bytes, now);
+        self.channel.on_input(bytes, now, self.arrival());
     }
 
     /// Subscribes to `filter` at `qos` and returns the SUBACK's reason codes; panics if the

@@ -104,15 +104,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let keep_order = config.server.keep_arrival_order;
-    let runtime =
-        hayate_server::runtime::build(threads, keep_order).context("starting the runtime")?;
-    if keep_order && !hayate_server::runtime::keeps_arrival_order() {
-        tracing::warn!(
-            "built without --cfg tokio_unstable: packets from different connections may be \
-             handled out of arrival order (see crates/hayate-server/src/runtime.rs)"
-        );
-    }
+    let runtime = hayate_server::runtime::build(threads).context("starting the runtime")?;
     runtime.block_on(async move {
         let server = Server::start(config).await.context("starting listeners")?;
         tracing::info!(

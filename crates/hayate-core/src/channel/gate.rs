@@ -8,7 +8,7 @@ use crate::flow::{Hint, Waiting};
 use crate::router::WakeList;
 use crate::stats::Stats;
 use hayate_codec::{Publish, ReasonCode};
-use hayate_session::OutBuf;
+use hayate_session::{Arrival, OutBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,12 +50,14 @@ impl Channel {
         }
     }
 
-    /// `bytes` arrived from the client at `now`: restarts the keep-alive clock and charges the
-    /// byte-rate limit.
-    pub fn on_input(&mut self, bytes: usize, now: Instant) {
+    /// `bytes` arrived from the client at `now` (on the broker's clock) and reached the broker
+    /// at `arrival` (the transport's receive time): restarts the keep-alive clock, charges the
+    /// byte-rate limit, and stamps the packets handled next with `arrival`.
+    pub fn on_input(&mut self, bytes: usize, now: Instant, arrival: Arrival) {
         if bytes == 0 {
             return;
         }
+        self.arrival = arrival;
         if self.phase == Phase::Connected {
             self.last_input = now;
         }

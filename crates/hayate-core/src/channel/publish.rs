@@ -121,7 +121,8 @@ impl Channel {
             forwardable_properties(&publish.properties),
             expires_at,
             publisher,
-        );
+        )
+        .with_arrival(self.arrival);
         let message = match (&self.client, config.shared_subscription_strategy) {
             (Some(client), SharedStrategy::HashClientId) => {
                 message.with_publisher_key(hayate_session::publisher_key(&client.client_id))

@@ -2,13 +2,13 @@
 
 use super::Channel;
 use crate::close::{Close, CloseReason};
-use crate::registry::SubscriptionRecord;
+use crate::registry::{SubscriptionRecord, Subscriptions};
 use crate::router::SubEntry;
 use hayate_codec::{
     Packet, Properties, ProtocolVersion, QoS, ReasonCode, SubAck, Subscribe, SubscriptionOptions,
     UnsubAck, Unsubscribe,
 };
-use hayate_session::{Delivery, OutBuf};
+use hayate_session::{Delivery, Message, OutBuf};
 use std::time::Instant;
 
 /// Retain Handling 1: send retained messages only for a new subscription [MQTT-3.3.1-10].
@@ -29,10 +29,10 @@ impl Channel {
             .first()
             .copied();
         let mut reason_codes = Vec::with_capacity(subscribe.filters.len());
-        let mut retained = Vec::new();
+        let mut deliveries = Vec::new();
         for (filter, options) in &subscribe.filters {
             let code =
-                self.subscribe_one(filter, *options, subscription_id, now, &mut retained, out)?;
+                self.subscribe_one(filter, *options, subscription_id, now, &mut deliveries, out)?;
             reason_codes.push(code);
         }
         // [MQTT-3.8.4-1] SUBACK with the same packet id [MQTT-3.8.4-2]; one code per filter [MQTT-3.8.4-6] in filter order [MQTT-3.9.3-1].
@@ -42,9 +42,9 @@ impl Channel {
             properties: Properties::default(),
         };
         self.write(&Packet::SubAck(suback), out);
-        if !retained.is_empty() {
+        if !deliveries.is_empty() {
             self.with_session(out, |state, _| {
-                for delivery in retained {
+                for delivery in deliveries {
                     state.session.enqueue(delivery);
                 }
             })?;
@@ -58,7 +58,7 @@ impl Channel {
         mut options: SubscriptionOptions,
         subscription_id: Option<u32>,
         now: Instant,
-        retained: &mut Vec<Delivery>,
+        deliveries: &mut Vec<Delivery>,
         out: &mut OutBuf,
     ) -> Result<ReasonCode, Close> {
         let v5 = self.version.is_v5();
@@ -120,41 +120,74 @@ impl Channel {
             options,
             subscription_id,
         };
+        let session_id = cell.id;
         // The index lock is taken without holding the session lock (lock order).
-        let existed = self
+        let subscribed = self
             .broker
             .router
             .subscribe(filter, SubEntry { cell, record });
-        self.with_session(out, |state, _| {
-            state.subscriptions.insert(filter.into(), record);
-        })?;
-        if !existed {
-            crate::stats::Stats::add(&self.broker.stats.subscriptions, 1);
-        }
+        let existed = subscribed.replaced;
         // Retained messages: never for shared subscriptions (§4.8.2); per Retain
         // Handling otherwise; sent with RETAIN set (§3.3.1.3; [3.1.1: MQTT-3.3.1-8]).
         let send_retained = shared.is_none()
             && options.retain_handling != RETAIN_NEVER
             && !(options.retain_handling == RETAIN_IF_NEW && existed);
-        if send_retained {
-            // Retained messages are deliveries too: each is checked against the subscriber's
-            // read access, when the hook has read rules.
-            let reader = broker.reader();
-            for message in broker.router.retained_matching(inner, now) {
-                if let (Some(hook), Some(client)) = (reader, &self.client) {
-                    if !hook.authorize_read(client, &message.topic) {
-                        crate::stats::Stats::add(&broker.stats.denied_delivery, 1);
-                        continue;
-                    }
+        let missed = if shared.is_none() && !existed {
+            broker
+                .router
+                .missed(inner, self.arrival, subscribed.version)
+        } else {
+            Vec::new()
+        };
+        let missed = self.with_session(out, |state, _| {
+            let missed: Vec<_> = missed
+                .into_iter()
+                .filter(|message| {
+                    catch_up_wanted(message, &state.subscriptions, session_id, options)
+                        && !(send_retained && message.retain && config.retain_available)
+                })
+                .collect();
+            state.subscriptions.insert(filter.into(), record);
+            missed
+        })?;
+        if !existed {
+            crate::stats::Stats::add(&self.broker.stats.subscriptions, 1);
+        }
+        let retained = if send_retained {
+            broker.router.retained_matching(inner, now)
+        } else {
+            Vec::new()
+        };
+        if !missed.is_empty() {
+            tracing::debug!(client_id = ?self.client_id(), filter, count = missed.len(), "arrival_catch_up");
+            crate::stats::Stats::add(&broker.stats.arrival_catch_up, missed.len() as u64);
+        }
+        let subscription_ids: Vec<u32> = subscription_id.into_iter().collect();
+        let retained = retained.into_iter().map(|message| Delivery {
+            qos: message.qos.min(options.qos),
+            message,
+            retain: true,
+            subscription_ids: subscription_ids.clone(),
+            shared_group: None,
+        });
+        let caught_up = missed.into_iter().map(|message| Delivery {
+            qos: message.qos.min(options.qos),
+            retain: options.retain_as_published && message.retain,
+            message,
+            subscription_ids: subscription_ids.clone(),
+            shared_group: None,
+        });
+        // Retained and caught-up messages are deliveries too: each is checked against the
+        // subscriber's read access, when the hook has read rules.
+        let reader = broker.reader();
+        for delivery in retained.chain(caught_up) {
+            if let (Some(hook), Some(client)) = (reader, &self.client) {
+                if !hook.authorize_read(client, &delivery.message.topic) {
+                    crate::stats::Stats::add(&broker.stats.denied_delivery, 1);
+                    continue;
                 }
-                retained.push(Delivery {
-                    qos: message.qos.min(options.qos),
-                    message,
-                    retain: true,
-                    subscription_ids: subscription_id.into_iter().collect(),
-                    shared_group: None,
-                });
             }
+            deliveries.push(delivery);
         }
         Ok(match options.qos {
             QoS::AtMostOnce => ReasonCode::GRANTED_QOS_0,
@@ -208,4 +241,21 @@ impl Channel {
         self.write(&Packet::UnsubAck(unsuback), out);
         Ok(())
     }
+}
+
+/// Whether a message a new subscription missed ([`crate::router::Router::missed`]) is to be
+/// delivered through it: not back to its publisher under No Local [MQTT-3.8.3-3], and not when
+/// another (non-shared) subscription of the session already matched it when it was routed.
+fn catch_up_wanted(
+    message: &Message,
+    subscriptions: &Subscriptions,
+    session_id: u64,
+    options: SubscriptionOptions,
+) -> bool {
+    if options.no_local && message.publisher == Some(session_id) {
+        return false;
+    }
+    !subscriptions.iter().any(|(other, _)| {
+        !other.starts_with("$share/") && hayate_topic::matches_filter(other, &message.topic)
+    })
 }

@@ -18,7 +18,7 @@ pub(crate) mod tls;
 pub(crate) mod ws;
 
 use bytes::BytesMut;
-use hayate_session::OutBuf;
+use hayate_session::{Arrival, OutBuf};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -48,6 +48,13 @@ pub(crate) trait Transport: Send + Unpin + 'static {
     /// stream; `WouldBlock` means nothing is available.
     fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize>;
 
+    /// When the bytes of the last successful [`Transport::try_read_buf`] reached the broker
+    /// (`docs/design/arrival-order.md`): the kernel's receive timestamp where the transport
+    /// has one, else the clock now.
+    fn arrival(&self) -> Arrival {
+        arrival_now()
+    }
+
     /// Writes what the transport takes now. `WouldBlock` means nothing was taken.
     fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
 
@@ -59,6 +66,14 @@ pub(crate) trait Transport: Send + Unpin + 'static {
     fn wants_flush(&self) -> bool {
         false
     }
+}
+
+/// The clock now as an [`Arrival`], for input without a kernel receive timestamp.
+pub(crate) fn arrival_now() -> Arrival {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Arrival::from_nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// An `AsyncRead + AsyncWrite` stream behind a box: TLS, TLS-PSK and WebSocket connections.

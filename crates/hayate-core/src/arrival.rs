@@ -1,0 +1,188 @@
+//! Arrival order across connections: the messages routed in the last moments, so that a
+//! subscription whose SUBSCRIBE arrived before a PUBLISH but was put in place after it was
+//! routed (another worker thread handled the PUBLISH first) still receives that message.
+//! See `docs/design/arrival-order.md` for the rule, its bounds and its trade-off.
+//!
+//! Each routed message is recorded with its [`Arrival`] and the version of the subscription
+//! index it was matched against. A new subscription with arrival `a` put in place as index
+//! version `v` missed exactly the recorded messages that arrived after `a` and were matched
+//! against a version before `v`. Recording happens under the index's read lock and the
+//! version is bumped under its write lock, so "matched before the subscription existed" is
+//! exact; the record is bounded by a time window and a byte budget.
+
+use hayate_session::{Arrival, Message};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shards of the record, chosen by publishing session, so publishers on different threads
+/// rarely share a lock. A new subscription reads them all.
+const SHARDS: usize = 8;
+
+/// Bytes charged for one record besides its topic and payload.
+const RECORD_OVERHEAD: usize = 64;
+
+/// The recently routed messages. See the module docs.
+#[derive(Debug)]
+pub(crate) struct RecentPublishes {
+    window_nanos: u64,
+    shard_bytes: usize,
+    shards: [Mutex<Shard>; SHARDS],
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    records: VecDeque<Record>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Record {
+    arrival: Arrival,
+    version: u64,
+    message: Arc<Message>,
+}
+
+fn cost(message: &Message) -> usize {
+    RECORD_OVERHEAD + message.topic.len() + message.payload.len()
+}
+
+impl RecentPublishes {
+    /// A record that keeps messages for `window` after their arrival, within `max_bytes`
+    /// (topic, payload and a fixed overhead per message). A zero window records nothing.
+    pub(crate) fn new(window: Duration, max_bytes: usize) -> RecentPublishes {
+        RecentPublishes {
+            window_nanos: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+            shard_bytes: max_bytes / SHARDS,
+            shards: Default::default(),
+        }
+    }
+
+    /// Records `message`, matched against index version `version`. Messages of unknown
+    /// arrival (broker-made) are not recorded. Called with the index's read lock held.
+    pub(crate) fn record(&self, message: &Arc<Message>, version: u64) {
+        if self.window_nanos == 0 || !message.arrival.is_known() {
+            return;
+        }
+        let slot = message.publisher.unwrap_or(0) as usize % SHARDS;
+        let mut shard = self.shards[slot].lock();
+        let size = cost(message);
+        shard.bytes += size;
+        shard.records.push_back(Record {
+            arrival: message.arrival,
+            version,
+            message: message.clone(),
+        });
+        let horizon = message.arrival.as_nanos().saturating_sub(self.window_nanos);
+        while let Some(oldest) = shard.records.front() {
+            if oldest.arrival.as_nanos() >= horizon && shard.bytes <= self.shard_bytes {
+                break;
+            }
+            let size = cost(&oldest.message);
+            shard.bytes -= size;
+            shard.records.pop_front();
+        }
+    }
+
+    /// The recorded messages that arrived after `after` and were matched against an index
+    /// version before `version`, for which `wanted` holds, in arrival order.
+    pub(crate) fn missed(
+        &self,
+        after: Arrival,
+        version: u64,
+        mut wanted: impl FnMut(&Message) -> bool,
+    ) -> Vec<Arc<Message>> {
+        if self.window_nanos == 0 || !after.is_known() {
+            return Vec::new();
+        }
+        let mut found: Vec<(Arrival, Arc<Message>)> = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            for record in shard.records.iter().rev() {
+                if record.arrival.as_nanos() + self.window_nanos < after.as_nanos() {
+                    // Older records arrived before `after` too (each shard is in routing
+                    // order, which follows arrival order within the window).
+                    break;
+                }
+                if record.arrival > after && record.version < version && wanted(&record.message) {
+                    found.push((record.arrival, record.message.clone()));
+                }
+            }
+        }
+        found.sort_by_key(|(arrival, _)| *arrival);
+        found.into_iter().map(|(_, message)| message).collect()
+    }
+
+    /// Messages held now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().records.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use hayate_codec::QoS;
+
+    fn message(topic: &str, arrival: u64, payload: usize) -> Arc<Message> {
+        Arc::new(
+            Message::new(
+                topic.into(),
+                Bytes::from(vec![0u8; payload]),
+                QoS::AtMostOnce,
+                false,
+                Default::default(),
+                None,
+                Some(1),
+            )
+            .with_arrival(Arrival::from_nanos(arrival)),
+        )
+    }
+
+    #[test]
+    fn finds_messages_routed_before_and_arrived_after() {
+        let recent = RecentPublishes::new(Duration::from_millis(100), 1 << 20);
+        recent.record(&message("a", 1_000, 1), 5);
+        recent.record(&message("a", 2_000, 1), 5);
+        recent.record(&message("b", 3_000, 1), 5);
+        recent.record(&message("a", 4_000, 1), 6);
+        let missed = recent.missed(Arrival::from_nanos(1_500), 6, |m| &*m.topic == "a");
+        let arrivals: Vec<u64> = missed.iter().map(|m| m.arrival.as_nanos()).collect();
+        // Not 1_000 (arrived before), not 3_000 (other topic), not 4_000 (saw version 6).
+        assert_eq!(arrivals, vec![2_000]);
+    }
+
+    #[test]
+    fn keeps_only_the_window_and_the_byte_budget() {
+        let recent = RecentPublishes::new(Duration::from_nanos(1_000), 1 << 20);
+        let slot = |n| message("t", n, 1);
+        recent.record(&slot(1_000), 1);
+        recent.record(&slot(1_500), 1);
+        recent.record(&slot(2_600), 1);
+        assert_eq!(recent.len(), 1, "records older than the window go");
+
+        let small = RecentPublishes::new(Duration::from_secs(1), SHARDS * 3 * 100);
+        for n in 1..=10 {
+            small.record(&message("t", n, 100 - RECORD_OVERHEAD - 1), 1);
+        }
+        assert_eq!(
+            small.len(),
+            3,
+            "a shard keeps what its share of the budget holds"
+        );
+    }
+
+    #[test]
+    fn unknown_arrivals_and_a_zero_window_record_nothing() {
+        let off = RecentPublishes::new(Duration::ZERO, 1 << 20);
+        off.record(&message("t", 10, 1), 1);
+        assert_eq!(off.len(), 0);
+        let on = RecentPublishes::new(Duration::from_secs(1), 1 << 20);
+        on.record(&message("t", 0, 1), 1);
+        assert_eq!(on.len(), 0);
+        assert!(on.missed(Arrival::UNKNOWN, 9, |_| true).is_empty());
+    }
+}
