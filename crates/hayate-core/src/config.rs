@@ -76,7 +76,8 @@ pub struct BrokerConfig {
     /// first) still receives that message, if the SUBSCRIBE was handled within this many
     /// milliseconds of the message's arrival. 0 turns the catch-up off.
     pub arrival_window_ms: u64,
-    /// Bytes (topic, payload, 64 per message) the arrival-order record may hold.
+    /// Bytes the arrival-order record may hold: per message 64 plus its topic and payload,
+    /// at least 16 KiB (a small message keeps its publisher's read buffer alive).
     pub arrival_window_bytes: usize,
     /// Strategy of shared subscription groups.
     pub shared_subscription_strategy: SharedStrategy,
@@ -105,8 +106,8 @@ impl Default for BrokerConfig {
             max_qos: 2,
             retain_available: true,
             backpressure_stall_timeout_ms: 5000,
-            arrival_window_ms: 100,
-            arrival_window_bytes: 8 * 1024 * 1024,
+            arrival_window_ms: 5,
+            arrival_window_bytes: 16 * 1024 * 1024,
             shared_subscription_strategy: SharedStrategy::RoundRobin,
             response_information: String::new(),
         }
