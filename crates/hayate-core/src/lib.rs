@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod registry;
 pub mod router;
 pub mod stats;
+pub mod store;
 mod timers;
 
 pub use broker::Broker;

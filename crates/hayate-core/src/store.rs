@@ -1,0 +1,94 @@
+//! The interface to durable storage, as the core sees it (`docs/design/persistence.md`). The
+//! core describes each change to durable state as a [`StoreOp`] and hands it to a [`Store`];
+//! an engine (`hayate-storage`) writes them, in the order they were appended, on threads of its
+//! own. Without a store (no data directory) the broker is the same code with nothing appended.
+//!
+//! What is stored so far: retained messages, and persistent sessions (expiry, protocol version,
+//! when they were disconnected) with their subscriptions. Queued and in-flight messages are not
+//! stored yet, and acknowledgements are not held until their messages are durable.
+
+use bytes::Bytes;
+use std::fmt::Debug;
+
+/// One change to durable state. Client ids, topics and filters are the client's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreOp {
+    /// A retained message was stored on `topic` (replacing any other there).
+    PutRetained {
+        /// Topic name.
+        topic: String,
+        /// When it expires, in milliseconds since the Unix epoch (`None`: never).
+        expires_at_ms: Option<u64>,
+        /// The message as an MQTT 5 PUBLISH packet encoded by `hayate-codec` (the wire format
+        /// is the record: topic, QoS, payload and properties).
+        publish: Bytes,
+    },
+    /// The retained message on `topic` was removed.
+    DeleteRetained {
+        /// Topic name.
+        topic: String,
+    },
+    /// A persistent session was created or changed.
+    PutSession(SessionRecord),
+    /// A session ended: remove it and all its subscriptions.
+    DeleteSession {
+        /// Client identifier.
+        client_id: String,
+    },
+    /// A subscription of a persistent session was added or replaced.
+    PutSubscription {
+        /// Client identifier.
+        client_id: String,
+        /// The subscription.
+        subscription: SubscriptionData,
+    },
+    /// A subscription of a persistent session was removed.
+    DeleteSubscription {
+        /// Client identifier.
+        client_id: String,
+        /// Topic filter, as subscribed (with `$share/...`).
+        filter: String,
+    },
+}
+
+/// A persistent session as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// Client identifier.
+    pub client_id: String,
+    /// Session Expiry Interval in seconds (`u32::MAX`: never).
+    pub expiry_interval: u32,
+    /// Protocol level of its last connection (3, 4 or 5).
+    pub protocol: u8,
+    /// When its last connection ended, in milliseconds since the Unix epoch; `None` while
+    /// connected. Downtime counts against the expiry interval.
+    pub disconnected_at_ms: Option<u64>,
+}
+
+/// A subscription as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionData {
+    /// Topic filter, as subscribed (with `$share/...`).
+    pub filter: String,
+    /// The options byte of SUBSCRIBE (§3.8.3.1): QoS in bits 0-1, No Local bit 2, Retain As
+    /// Published bit 3, Retain Handling bits 4-5.
+    pub options: u8,
+    /// Subscription Identifier, if any.
+    pub subscription_id: Option<u32>,
+}
+
+/// What a store held when it was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Retained messages: topic, expiry (ms since the Unix epoch) and encoded PUBLISH.
+    pub retained: Vec<(String, Option<u64>, Bytes)>,
+    /// Persistent sessions with their subscriptions.
+    pub sessions: Vec<(SessionRecord, Vec<SubscriptionData>)>,
+}
+
+/// Durable storage as the core uses it. See the module docs.
+pub trait Store: Send + Sync + Debug {
+    /// Queues `op` to be written after every op appended before it. Never blocks on I/O and
+    /// never fails: write errors are the store's to report (logs, `$SYS`).
+    fn append(&self, op: StoreOp);
+}
