@@ -31,6 +31,8 @@ pub struct Broker {
     timers: Timers,
     /// When the broker started (for `$SYS/broker/uptime`).
     pub started_at: Instant,
+    /// The store, once attached (`crate::persist`).
+    pub(crate) persistence: std::sync::OnceLock<crate::persist::Attached>,
 }
 
 impl Broker {
@@ -53,6 +55,7 @@ impl Broker {
             hooks,
             timers: Timers::default(),
             started_at: now,
+            persistence: std::sync::OnceLock::new(),
         })
     }
 
@@ -70,7 +73,7 @@ impl Broker {
         wake: &mut WakeList,
     ) -> RouteOutcome {
         if message.retain && self.config.retain_available {
-            let stored = self.router.retain(&message);
+            let stored = self.router.retain(&message, self.attached());
             self.stats
                 .retained
                 .store(stored as u64, std::sync::atomic::Ordering::Relaxed);
@@ -140,7 +143,7 @@ impl Broker {
     /// Ends a session for good: removes its subscriptions and registry entry, publishes a will
     /// still pending [MQTT-3.1.3-9], and drops its queued messages.
     pub fn end_session(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
-        let (filters, will, shared) = {
+        let (filters, will, shared, persisted) = {
             let mut state = cell.state.lock();
             if state.ended {
                 return;
@@ -153,7 +156,7 @@ impl Broker {
             let shared = state.session.take_shared_deliveries();
             state.session.clear();
             state.will_due = None;
-            (filters, state.will.take(), shared)
+            (filters, state.will.take(), shared, state.persisted)
         };
         for filter in &filters {
             if self.router.unsubscribe(filter, cell.id) {
@@ -164,7 +167,14 @@ impl Broker {
         }
         self.router
             .redistribute_shared(cell.id, shared, self.reader(), now, wake);
-        self.registry.remove_if_current(cell);
+        // A session replaced by a clean start is no longer current; CONNECT deletes its record.
+        if self.registry.remove_if_current(cell) && persisted {
+            if let Some(attached) = self.attached() {
+                attached.store.append(crate::store::StoreOp::DeleteSession {
+                    client_id: cell.client_id.to_string(),
+                });
+            }
+        }
         if let Some(will) = will {
             self.publish_will(cell, will, now, wake);
         }
@@ -214,12 +224,14 @@ impl Broker {
                 }
             }
             if expiry != 0 && expiry != u32::MAX {
-                self.timers.schedule(TimerEntry {
-                    at: now + Duration::from_secs(u64::from(expiry)),
-                    kind: TimerKind::Expiry,
-                    epoch: state.epoch,
-                    cell: cell.clone(),
-                });
+                self.schedule_expiry(
+                    cell,
+                    state.epoch,
+                    now + Duration::from_secs(u64::from(expiry)),
+                );
+            }
+            if expiry != 0 && state.persisted {
+                self.persist_session(cell, &mut state, Some(now));
             }
             (expiry, will_now, state.session.take_shared_deliveries())
         };
@@ -231,6 +243,16 @@ impl Broker {
         if expiry == 0 {
             self.end_session(cell, now, wake);
         }
+    }
+
+    /// Ends `cell` at `at` unless it is attached again (its epoch moves on) before then.
+    pub(crate) fn schedule_expiry(&self, cell: &Arc<SessionCell>, epoch: u64, at: Instant) {
+        self.timers.schedule(TimerEntry {
+            at,
+            kind: TimerKind::Expiry,
+            epoch,
+            cell: cell.clone(),
+        });
     }
 
     /// Fires due will and expiry deadlines, and prunes expired retained messages. The server

@@ -18,6 +18,7 @@ pub mod close;
 pub mod config;
 pub mod flow;
 pub mod hooks;
+pub mod persist;
 pub mod registry;
 pub mod router;
 pub mod stats;

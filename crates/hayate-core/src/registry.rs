@@ -58,6 +58,10 @@ pub struct SessionState {
     pub will_due: Option<Instant>,
     /// Set once the session is discarded; a cell in this state is never attached again.
     pub ended: bool,
+    /// The session is in the attached store (`crate::persist`): its changes are written.
+    pub persisted: bool,
+    /// Protocol level of the last connection attached (3, 4 or 5; 0 before the first).
+    pub protocol: u8,
     /// Doorbell of the attached connection: rung when messages are queued for it, or when
     /// another connection takes the session over. Each connection brings its own, so a
     /// takeover wakes exactly the connection being replaced.
@@ -198,6 +202,8 @@ impl Registry {
                 will: None,
                 will_due: None,
                 ended: false,
+                persisted: false,
+                protocol: 0,
                 doorbell: None,
                 congestion: Congestion::Clear,
                 client: None,

@@ -11,6 +11,7 @@ use crate::arrival::RecentPublishes;
 use crate::config::{BrokerConfig, SharedStrategy};
 use crate::flow::Hint;
 use crate::hooks::AuthHook;
+use crate::persist::Attached;
 use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
 use hayate_codec::{QoS, SubscriptionOptions};
 use hayate_session::{Arrival, Delivery, EnqueueOutcome, Message};
@@ -387,10 +388,17 @@ impl Router {
 
     // ----- retained --------------------------------------------------------------------------
 
-    /// Stores, replaces or (empty payload) clears the retained message of its topic
+    /// Stores, replaces or (empty payload) clears the retained message of its topic, and
+    /// tells `store` (`crate::persist`)
     /// [MQTT-3.3.1-5] [MQTT-3.3.1-6] [MQTT-3.3.1-7]. Returns the number stored afterwards.
-    pub fn retain(&self, message: &Arc<Message>) -> usize {
+    pub fn retain(&self, message: &Arc<Message>, store: Option<&Attached>) -> usize {
         let mut retained = self.retained.write();
+        // Under the lock: the store sees changes to one topic in the order they were made.
+        if let Some(attached) = store {
+            if let Some(op) = crate::persist::retained_op(attached, message) {
+                attached.store.append(op);
+            }
+        }
         if message.payload.is_empty() {
             retained.remove(&message.topic);
         } else {

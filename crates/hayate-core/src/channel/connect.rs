@@ -222,6 +222,13 @@ impl Channel {
                 doorbell.notify_one();
             }
             self.broker.end_session(replaced, now, wake);
+            if replaced.state.lock().persisted {
+                if let Some(attached) = self.broker.attached() {
+                    attached.store.append(crate::store::StoreOp::DeleteSession {
+                        client_id: replaced.client_id.to_string(),
+                    });
+                }
+            }
         }
 
         let cell = opened.cell;
@@ -232,6 +239,10 @@ impl Channel {
             state.epoch += 1;
             state.expiry_interval = expiry;
             state.will_due = None;
+            state.protocol = self.version.level();
+            if expiry != 0 {
+                self.broker.persist_session(&cell, &mut state, None);
+            }
             let old_doorbell = state.doorbell.replace(self.doorbell.clone());
             // A will still pending from the previous connection is not sent when the client
             // is back before its delay ran out [MQTT-3.1.3-9]; on takeover of a live

@@ -4,6 +4,7 @@ use super::Channel;
 use crate::close::{Close, CloseReason};
 use crate::registry::{SubscriptionRecord, Subscriptions};
 use crate::router::SubEntry;
+use crate::store::{StoreOp, SubscriptionData};
 use hayate_codec::{
     Packet, Properties, ProtocolVersion, QoS, ReasonCode, SubAck, Subscribe, SubscriptionOptions,
     UnsubAck, Unsubscribe,
@@ -121,6 +122,7 @@ impl Channel {
             subscription_id,
         };
         let session_id = cell.id;
+        let client_id = cell.client_id.clone();
         // The index lock is taken without holding the session lock (lock order).
         let subscribed = self
             .broker
@@ -148,6 +150,14 @@ impl Channel {
                 })
                 .collect();
             state.subscriptions.insert(filter.into(), record);
+            broker.persist_for(state, || StoreOp::PutSubscription {
+                client_id: client_id.to_string(),
+                subscription: SubscriptionData {
+                    filter: filter.to_string(),
+                    options: crate::persist::options_byte(record.options),
+                    subscription_id: record.subscription_id,
+                },
+            });
             missed
         })?;
         if !existed {
@@ -203,6 +213,10 @@ impl Channel {
     ) -> Result<(), Close> {
         let mut reason_codes = Vec::with_capacity(unsubscribe.filters.len());
         let session_id = self.cell.as_ref().map_or(0, |c| c.id);
+        let client_id: std::sync::Arc<str> = self
+            .cell
+            .as_ref()
+            .map_or_else(|| "".into(), |c| c.client_id.clone());
         for filter in &unsubscribe.filters {
             let valid = match hayate_topic::parse_shared(filter) {
                 Ok(Some(shared)) => hayate_topic::validate_topic_filter(shared.filter).is_ok(),
@@ -213,8 +227,17 @@ impl Channel {
                 reason_codes.push(ReasonCode::TOPIC_FILTER_INVALID);
                 continue;
             }
-            let recorded =
-                self.with_session(out, |state, _| state.subscriptions.remove(filter).is_some())?;
+            let broker = self.broker.clone();
+            let recorded = self.with_session(out, |state, _| {
+                let recorded = state.subscriptions.remove(filter).is_some();
+                if recorded {
+                    broker.persist_for(state, || StoreOp::DeleteSubscription {
+                        client_id: client_id.to_string(),
+                        filter: filter.to_string(),
+                    });
+                }
+                recorded
+            })?;
             let removed = self.broker.router.unsubscribe(filter, session_id);
             if removed {
                 self.broker

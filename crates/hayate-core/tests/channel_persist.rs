@@ -1,0 +1,253 @@
+//! Persistence as the core sees it (`crate::persist`, `docs/design/persistence.md`): which
+//! changes reach the store, and what a broker restored from them looks like. The store here
+//! keeps the ops in memory and folds them into a `Recovered` the way an engine would (the real
+//! engine, fjall, is tested in `hayate-storage` and end to end in `hayate`'s kill -9 test).
+
+use hayate_codec::QoS;
+use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData};
+use hayate_testkit::core::{ConnectSpec, CoreHarness};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Wall-clock milliseconds the first broker of each test starts at.
+const T0_MS: u64 = 1_800_000_000_000;
+
+#[derive(Debug, Default)]
+struct MemoryStore {
+    ops: Mutex<Vec<StoreOp>>,
+}
+
+impl Store for MemoryStore {
+    fn append(&self, op: StoreOp) {
+        self.ops.lock().push(op);
+    }
+}
+
+impl MemoryStore {
+    fn take(&self) -> Vec<StoreOp> {
+        std::mem::take(&mut self.ops.lock())
+    }
+}
+
+/// The state `ops` leave behind, as a store would give it back.
+fn fold(ops: &[StoreOp]) -> Recovered {
+    let mut retained = BTreeMap::new();
+    let mut sessions: BTreeMap<String, SessionRecord> = BTreeMap::new();
+    let mut subs: BTreeMap<(String, String), SubscriptionData> = BTreeMap::new();
+    for op in ops {
+        match op.clone() {
+            StoreOp::PutRetained {
+                topic,
+                expires_at_ms,
+                publish,
+            } => {
+                retained.insert(topic.clone(), (topic, expires_at_ms, publish));
+            }
+            StoreOp::DeleteRetained { topic } => {
+                retained.remove(&topic);
+            }
+            StoreOp::PutSession(record) => {
+                sessions.insert(record.client_id.clone(), record);
+            }
+            StoreOp::DeleteSession { client_id } => {
+                sessions.remove(&client_id);
+                subs.retain(|(id, _), _| *id != client_id);
+            }
+            StoreOp::PutSubscription {
+                client_id,
+                subscription,
+            } => {
+                subs.insert((client_id, subscription.filter.clone()), subscription);
+            }
+            StoreOp::DeleteSubscription { client_id, filter } => {
+                subs.remove(&(client_id, filter));
+            }
+        }
+    }
+    Recovered {
+        retained: retained.into_values().collect(),
+        sessions: sessions
+            .into_values()
+            .map(|record| {
+                let own = subs
+                    .iter()
+                    .filter(|((id, _), _)| *id == record.client_id)
+                    .map(|(_, sub)| sub.clone())
+                    .collect();
+                (record, own)
+            })
+            .collect(),
+    }
+}
+
+fn attached(h: &CoreHarness, unix_ms: u64) -> Arc<MemoryStore> {
+    let store = Arc::new(MemoryStore::default());
+    assert!(h.broker.attach_store(store.clone(), h.now(), unix_ms));
+    store
+}
+
+#[test]
+fn persistent_sessions_subscriptions_and_retained_messages_are_written() {
+    let h = CoreHarness::new();
+    let store = attached(&h, T0_MS);
+    let mut device = h.client(
+        ConnectSpec::v5("device")
+            .clean_start(false)
+            .session_expiry(60),
+    );
+    assert_eq!(device.subscribe("cmd/device/#", QoS::AtLeastOnce), vec![1]);
+    let mut clean = h.client(ConnectSpec::v5("clean"));
+    assert_eq!(clean.subscribe("x/#", QoS::AtMostOnce), vec![0]);
+    clean
+        .send(hayate_codec::Packet::Publish(
+            hayate_testkit::publish_packet("state/lamp", b"on", QoS::AtLeastOnce, true, Some(1)),
+        ))
+        .expect("retained publish");
+    h.advance(Duration::from_secs(5));
+    device.finish();
+    clean.finish();
+
+    let ops = store.take();
+    let kinds: Vec<&str> = ops
+        .iter()
+        .map(|op| match op {
+            StoreOp::PutSession(r) if r.disconnected_at_ms.is_none() => "session",
+            StoreOp::PutSession(_) => "session disconnected",
+            StoreOp::PutSubscription { .. } => "subscription",
+            StoreOp::PutRetained { .. } => "retained",
+            StoreOp::DeleteRetained { .. } => "retained deleted",
+            StoreOp::DeleteSession { .. } => "session deleted",
+            StoreOp::DeleteSubscription { .. } => "subscription deleted",
+        })
+        .collect();
+    // The clean session (expiry 0) writes nothing of its own.
+    assert_eq!(
+        kinds,
+        vec![
+            "session",
+            "subscription",
+            "retained",
+            "session disconnected"
+        ]
+    );
+    let StoreOp::PutSession(last) = &ops[3] else {
+        unreachable!()
+    };
+    assert_eq!(last.disconnected_at_ms, Some(T0_MS + 5_000));
+    assert_eq!(last.expiry_interval, 60);
+    assert_eq!(last.protocol, 5);
+}
+
+#[test]
+fn a_restored_broker_resumes_sessions_and_keeps_retained_messages() {
+    let first = CoreHarness::new();
+    let store = attached(&first, T0_MS);
+    let mut device = first.client(
+        ConnectSpec::v311("device")
+            .clean_start(false)
+            .session_expiry(60),
+    );
+    assert_eq!(device.subscribe("cmd/device/#", QoS::AtLeastOnce), vec![1]);
+    let mut publisher = first.client(ConnectSpec::v5("pub"));
+    publisher
+        .send(hayate_codec::Packet::Publish(
+            hayate_testkit::publish_packet("state/lamp", b"on", QoS::AtMostOnce, true, None),
+        ))
+        .expect("retained publish");
+    device.finish();
+    let recovered = fold(&store.take());
+
+    // 30 s later, a new broker from what was stored.
+    let second = CoreHarness::new();
+    let store = attached(&second, T0_MS + 30_000);
+    let restored = second.broker.restore(recovered, second.now());
+    assert_eq!(
+        (restored.sessions, restored.subscriptions, restored.retained),
+        (1, 1, 1)
+    );
+    let mut device = second.client(
+        ConnectSpec::v311("device")
+            .clean_start(false)
+            .session_expiry(60),
+    );
+    let mut publisher = second.client(ConnectSpec::v5("pub"));
+    publisher
+        .publish("cmd/device/reboot", b"now", QoS::AtLeastOnce)
+        .expect("publish");
+    let got = device.transmit_publishes();
+    assert_eq!(got.len(), 1, "the restored subscription delivers: {got:?}");
+    assert_eq!(&*got[0].topic, "cmd/device/reboot");
+    assert_eq!(got[0].qos, QoS::AtLeastOnce);
+    let mut reader = second.client(ConnectSpec::v5("reader"));
+    assert_eq!(reader.subscribe("state/#", QoS::AtMostOnce), vec![0]);
+    let got = reader.received_publishes();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].retain);
+    assert_eq!(&got[0].payload[..], b"on");
+    drop(store);
+}
+
+#[test]
+fn downtime_counts_against_session_expiry() {
+    let first = CoreHarness::new();
+    let store = attached(&first, T0_MS);
+    let mut device = first.client(
+        ConnectSpec::v5("device")
+            .clean_start(false)
+            .session_expiry(60),
+    );
+    assert_eq!(device.subscribe("a/#", QoS::AtMostOnce), vec![0]);
+    device.finish();
+    let recovered = fold(&store.take());
+
+    // Back after 50 s: 10 s of the minute left.
+    let second = CoreHarness::new();
+    attached(&second, T0_MS + 50_000);
+    assert_eq!(
+        second
+            .broker
+            .restore(recovered.clone(), second.now())
+            .sessions,
+        1
+    );
+    second.advance(Duration::from_millis(9_999));
+    second.run_timers();
+    assert!(second.session("device").is_some(), "not yet expired");
+    second.advance(Duration::from_millis(2));
+    second.run_timers();
+    assert!(
+        second.session("device").is_none(),
+        "expired 60 s after disconnecting"
+    );
+
+    // Back after 61 s: gone, and deleted from the store.
+    let third = CoreHarness::new();
+    let store = attached(&third, T0_MS + 61_000);
+    let restored = third.broker.restore(recovered, third.now());
+    assert_eq!((restored.sessions, restored.sessions_expired), (0, 1));
+    assert!(third.session("device").is_none());
+    assert_eq!(
+        store.take(),
+        vec![StoreOp::DeleteSession {
+            client_id: "device".into()
+        }]
+    );
+}
+
+#[test]
+fn a_clean_start_deletes_the_stored_session() {
+    let h = CoreHarness::new();
+    let store = attached(&h, T0_MS);
+    let mut device = h.client(
+        ConnectSpec::v5("device")
+            .clean_start(false)
+            .session_expiry(60),
+    );
+    assert_eq!(device.subscribe("a/#", QoS::AtMostOnce), vec![0]);
+    device.finish();
+    h.client(ConnectSpec::v5("device")).finish();
+    let recovered = fold(&store.take());
+    assert!(recovered.sessions.is_empty(), "{recovered:?}");
+}
