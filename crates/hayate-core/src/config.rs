@@ -106,8 +106,8 @@ impl Default for BrokerConfig {
             max_qos: 2,
             retain_available: true,
             backpressure_stall_timeout_ms: 5000,
-            arrival_window_ms: 5,
-            arrival_window_bytes: 16 * 1024 * 1024,
+            arrival_window_ms: 20,
+            arrival_window_bytes: 32 * 1024 * 1024,
             shared_subscription_strategy: SharedStrategy::RoundRobin,
             response_information: String::new(),
         }

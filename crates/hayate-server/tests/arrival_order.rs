@@ -102,7 +102,12 @@ impl Load {
     }
 }
 
+/// One broker at a time: the tests measure order under the load they create themselves, not
+/// under four brokers sharing two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check(threads: usize, rounds: usize, load: usize) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let runtime = hayate_server::runtime::build(threads).expect("runtime");
     let broker = runtime.block_on(TestBroker::start());
     let addr = broker.addr;
