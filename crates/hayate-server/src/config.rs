@@ -10,7 +10,7 @@ use crate::security::AuthConfig;
 use hayate_core::BrokerConfig;
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The whole configuration.
@@ -27,6 +27,53 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// Authentication and authorisation (`[auth]`).
     pub auth: AuthConfig,
+    /// Durable storage (`[storage]`).
+    pub storage: StoreConfig,
+}
+
+/// Durable storage (`[storage]`; `docs/design/persistence.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Directory of the embedded store; persistence is on when set (`hayate serve --data-dir`).
+    pub dir: Option<PathBuf>,
+    /// How durable an acknowledged change is (`--durability`).
+    pub durability: Durability,
+    /// `batched`: milliseconds between fsyncs (the window a power loss can take).
+    pub sync_interval_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            dir: None,
+            durability: Durability::Batched,
+            sync_interval_ms: 200,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// The directory to open, when persistence is on (a directory set, durability not `off`).
+    pub fn enabled_dir(&self) -> Option<&Path> {
+        match self.durability {
+            Durability::Off => None,
+            _ => self.dir.as_deref(),
+        }
+    }
+}
+
+/// Durability modes (`[storage] durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Written to the store as changes happen (survives kill -9 once committed, within
+    /// milliseconds), fsynced every `sync_interval_ms`.
+    Batched,
+    /// Acknowledge QoS 1/2 only after an fsync: not implemented yet, refused at start.
+    Sync,
+    /// No persistence, even with a directory set.
+    Off,
 }
 
 /// Network and process settings.
@@ -117,6 +164,9 @@ pub enum ConfigError {
     /// A `[[listener]]` lacks what its transport needs.
     #[error("{0}")]
     Listener(String),
+    /// `[storage]` asks for something not available.
+    #[error("{0}")]
+    Storage(String),
 }
 
 impl Config {
@@ -148,6 +198,18 @@ impl Config {
             listener.validate().map_err(ConfigError::Listener)?;
         }
         self.broker.validate()?;
+        if self.storage.durability == Durability::Sync && self.storage.dir.is_some() {
+            return Err(ConfigError::Storage(
+                "storage.durability = \"sync\" (acknowledge after fsync) is not implemented yet; \
+                 use \"batched\" or \"off\" (docs/DURABILITY.md)"
+                    .into(),
+            ));
+        }
+        if self.storage.sync_interval_ms == 0 {
+            return Err(ConfigError::Storage(
+                "storage.sync_interval_ms must be at least 1".into(),
+            ));
+        }
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ mod connection;
 mod listener;
 pub mod runtime;
 pub mod security;
+mod storage;
 mod sys;
 mod transport;
 

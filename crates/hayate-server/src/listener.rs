@@ -32,6 +32,8 @@ pub struct Server;
 pub struct ServerHandle {
     /// The broker state (for tests and embedding).
     pub broker: Arc<Broker>,
+    /// The embedded store, with a data directory (closed by `shutdown`).
+    store: Option<Arc<hayate_storage::FjallStore>>,
     local_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -50,6 +52,10 @@ impl Server {
             hooks,
             tokio::time::Instant::now().into_std(),
         );
+        let store = match config.storage.enabled_dir() {
+            Some(dir) => Some(crate::storage::open(dir, &config.storage, &broker)?),
+            None => None,
+        };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let settings = Arc::new(ConnectionSettings::from_config(&config));
         let active = Arc::new(LiveConnections::default());
@@ -92,6 +98,7 @@ impl Server {
         }
         Ok(ServerHandle {
             broker,
+            store,
             local_addrs,
             shutdown,
             tasks,
@@ -111,6 +118,10 @@ impl ServerHandle {
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         while self.tasks.join_next().await.is_some() {}
+        if let Some(store) = self.store.take() {
+            // Writes what is queued and fsyncs; blocking, so off the runtime's workers.
+            let _ = tokio::task::spawn_blocking(move || store.close()).await;
+        }
     }
 
     /// Waits until the server stops (it stops only through `shutdown`).

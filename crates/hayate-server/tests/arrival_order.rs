@@ -107,7 +107,9 @@ impl Load {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn check(threads: usize, rounds: usize, load: usize) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let runtime = hayate_server::runtime::build(threads).expect("runtime");
     let broker = runtime.block_on(TestBroker::start());
     let addr = broker.addr;

@@ -3,7 +3,9 @@
 //! several connections microseconds apart from one thread.
 
 use bytes::BytesMut;
-use hayate_codec::{decode, encode, Packet, ProtocolVersion, QoS, Subscribe, SubscriptionOptions};
+use hayate_codec::{
+    decode, encode, ConnAck, Connect, Packet, ProtocolVersion, QoS, Subscribe, SubscriptionOptions,
+};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -18,21 +20,27 @@ pub struct BlockingClient {
 impl BlockingClient {
     /// Connects and completes CONNECT/CONNACK (clean session); panics unless accepted.
     pub fn connect(addr: SocketAddr, version: ProtocolVersion, client_id: &str) -> BlockingClient {
+        BlockingClient::connect_with(addr, crate::connect_packet(version, client_id, true)).0
+    }
+
+    /// Connects with `connect` and returns the client with its CONNACK; panics unless
+    /// accepted.
+    pub fn connect_with(addr: SocketAddr, connect: Connect) -> (BlockingClient, ConnAck) {
         let stream = TcpStream::connect(addr).expect("tcp connect");
         stream.set_nodelay(true).expect("nodelay");
         let mut client = BlockingClient {
             stream,
-            version,
+            version: connect.protocol,
             buf: BytesMut::new(),
         };
-        client.send(&Packet::Connect(Box::new(crate::connect_packet(
-            version, client_id, true,
-        ))));
+        client.send(&Packet::Connect(Box::new(connect)));
         match client.recv(Duration::from_secs(5)) {
-            Some(Packet::ConnAck(ack)) => assert_eq!(ack.reason_code.0, 0, "CONNACK {ack:?}"),
+            Some(Packet::ConnAck(ack)) => {
+                assert_eq!(ack.reason_code.0, 0, "CONNACK {ack:?}");
+                (client, ack)
+            }
             other => panic!("expected CONNACK, got {other:?}"),
         }
-        client
     }
 
     /// Writes one packet (one `write_all`).

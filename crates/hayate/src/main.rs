@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use hayate_server::config::Durability;
 use hayate_server::{Config, Server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +44,22 @@ struct ServeArgs {
     /// "hayate_core=debug" (default: info, or server.log_level from the file).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Keep retained messages and persistent sessions in this directory (embedded store;
+    /// storage.dir in the file). See docs/DURABILITY.md for what is kept.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// How durable stored changes are: batched (written as they happen, fsynced every
+    /// storage.sync_interval_ms) or off (sync is not implemented yet).
+    #[arg(long, value_name = "MODE")]
+    durability: Option<DurabilityArg>,
+}
+
+/// `--durability` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DurabilityArg {
+    Batched,
+    Sync,
+    Off,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -93,6 +110,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(level) = &args.log_level {
         config.server.log_level = level.clone();
+    }
+    if let Some(dir) = &args.data_dir {
+        config.storage.dir = Some(dir.clone());
+    }
+    if let Some(mode) = args.durability {
+        config.storage.durability = match mode {
+            DurabilityArg::Batched => Durability::Batched,
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Off => Durability::Off,
+        };
     }
     config.validate()?;
     init_logging(&config.server.log_level)?;

@@ -1,0 +1,42 @@
+//! Opening the embedded store at start (`[storage]`, `--data-dir`): the engine lives in
+//! `hayate-storage`; this attaches it to the broker and restores what it held
+//! (`docs/DURABILITY.md`).
+
+use crate::config::StoreConfig;
+use hayate_core::Broker;
+use hayate_storage::{FjallStore, StorageConfig};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Opens the store in `dir`, attaches it to `broker` and restores retained messages and
+/// persistent sessions. Fails (and the server does not start) when the directory cannot be
+/// used or another process holds it.
+pub(crate) fn open(
+    dir: &Path,
+    config: &StoreConfig,
+    broker: &Broker,
+) -> io::Result<Arc<FjallStore>> {
+    let (store, recovered) = FjallStore::open(StorageConfig {
+        dir: dir.to_path_buf(),
+        sync_interval: Duration::from_millis(config.sync_interval_ms),
+    })
+    .map_err(io::Error::other)?;
+    let now = tokio::time::Instant::now().into_std();
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64);
+    broker.attach_store(store.clone(), now, unix_ms);
+    let restored = broker.restore(recovered, now);
+    tracing::info!(
+        dir = %dir.display(),
+        retained = restored.retained,
+        retained_dropped = restored.retained_dropped,
+        sessions = restored.sessions,
+        sessions_expired = restored.sessions_expired,
+        subscriptions = restored.subscriptions,
+        "store_opened"
+    );
+    Ok(store)
+}
