@@ -72,13 +72,16 @@ impl Broker {
         now: Instant,
         wake: &mut WakeList,
     ) -> RouteOutcome {
+        let mut ticket = None;
         if message.retain && self.config.retain_available {
-            let stored = self.router.retain(&message, self.attached());
+            let (stored, appended) = self.router.retain(&message, self.attached());
+            ticket = appended;
             self.stats
                 .retained
                 .store(stored as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        let outcome = self.router.route(&message, self.reader(), now, wake);
+        let mut outcome = self.router.route(&message, self.reader(), now, wake);
+        outcome.stored = ticket;
         Stats::add(&self.stats.publish_dropped, outcome.dropped as u64);
         Stats::add(&self.stats.denied_delivery, outcome.denied as u64);
         outcome

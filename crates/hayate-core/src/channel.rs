@@ -9,6 +9,7 @@
 mod auth;
 mod connect;
 mod gate;
+mod held;
 mod publish;
 mod subscribe;
 
@@ -93,6 +94,9 @@ pub struct Channel {
     /// Before CONNECT completes: when the connection was opened (the connect timeout runs from
     /// it). After: when bytes last arrived (the keep-alive clock).
     last_input: Instant,
+    /// Acknowledgements waiting for the store (`held.rs`). Boxed: most connections never
+    /// hold one.
+    held: Option<Box<held::HeldAcks>>,
     /// When the input being handled reached the broker (stamped on messages and
     /// subscriptions for arrival order, `crate::arrival`).
     arrival: Arrival,
@@ -111,6 +115,7 @@ impl Channel {
             ),
             last_input: now,
             arrival: Arrival::UNKNOWN,
+            held: None,
             input_ended: false,
             gate: None,
             broker,
@@ -291,6 +296,7 @@ impl Channel {
         if self.phase != Phase::Connected {
             return Ok(());
         }
+        self.release_acks(out);
         let broker = self.broker.clone();
         let report = self.with_session(out, |state, out| {
             let report = state.session.poll_transmit(now, out);

@@ -105,7 +105,7 @@ impl Broker {
             }
             match decode_retained(&publish, expires_at_ms.map(|at| attached.instant(at))) {
                 Some(message) => {
-                    self.router.retain(&Arc::new(message), None);
+                    let _ = self.router.retain(&Arc::new(message), None);
                     report.retained += 1;
                 }
                 None => {

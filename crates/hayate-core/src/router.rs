@@ -56,6 +56,9 @@ pub struct RouteOutcome {
     /// A session the message was queued for that is now `Congested`
     /// ([`crate::flow::Congestion`]): the publisher should pause reading while it drains.
     pub congested: Option<Arc<SessionCell>>,
+    /// The store's ticket for what this message changed (a retained message), when a store is
+    /// attached: its acknowledgement waits until the ticket is durable.
+    pub stored: Option<crate::store::Ticket>,
 }
 
 /// A subscription put in place by [`Router::subscribe`].
@@ -391,20 +394,26 @@ impl Router {
     /// Stores, replaces or (empty payload) clears the retained message of its topic, and
     /// tells `store` (`crate::persist`)
     /// [MQTT-3.3.1-5] [MQTT-3.3.1-6] [MQTT-3.3.1-7]. Returns the number stored afterwards.
-    pub fn retain(&self, message: &Arc<Message>, store: Option<&Attached>) -> usize {
+    /// With a store, also the ticket of the op appended for it.
+    pub fn retain(
+        &self,
+        message: &Arc<Message>,
+        store: Option<&Attached>,
+    ) -> (usize, Option<crate::store::Ticket>) {
         let mut retained = self.retained.write();
         // Under the lock: the store sees changes to one topic in the order they were made.
-        if let Some(attached) = store {
-            if let Some(op) = crate::persist::retained_op(attached, message) {
+        let ticket = store.and_then(|attached| {
+            crate::persist::retained_op(attached, message).map(|op| {
                 attached.store.append(op);
-            }
-        }
+                attached.store.appended()
+            })
+        });
         if message.payload.is_empty() {
             retained.remove(&message.topic);
         } else {
             retained.insert(&message.topic, message.clone());
         }
-        retained.len()
+        (retained.len(), ticket)
     }
 
     /// Retained messages matching `filter`, not expired.

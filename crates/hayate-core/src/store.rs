@@ -5,10 +5,16 @@
 //!
 //! What is stored so far: retained messages, and persistent sessions (expiry, protocol version,
 //! when they were disconnected) with their subscriptions. Queued and in-flight messages are not
-//! stored yet, and acknowledgements are not held until their messages are durable.
+//! stored yet. The PUBACK/PUBREC of a retained PUBLISH is held until its op is durable
+//! ([`Store::durable`]); other acknowledgements queue behind a held one, in order.
 
 use bytes::Bytes;
 use std::fmt::Debug;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// The position of an appended op (the first is 1). Ops become durable in ticket order.
+pub type Ticket = u64;
 
 /// One change to durable state. Client ids, topics and filters are the client's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +95,25 @@ pub struct Recovered {
 /// Durable storage as the core uses it. See the module docs.
 pub trait Store: Send + Sync + Debug {
     /// Queues `op` to be written after every op appended before it. Never blocks on I/O and
-    /// never fails: write errors are the store's to report (logs, `$SYS`).
+    /// never fails: write errors are the store's to report.
     fn append(&self, op: StoreOp);
+
+    /// The ticket of the last op appended so far (0: none). Read right after an `append`, it
+    /// covers that op (and perhaps a few appended meanwhile by other threads). The default is a
+    /// store that does not track durability: everything counts as durable at once.
+    fn appended(&self) -> Ticket {
+        0
+    }
+
+    /// Every op up to this ticket is durable. After a write error it stops advancing: nothing
+    /// appended later is reported durable.
+    fn durable(&self) -> Ticket {
+        Ticket::MAX
+    }
+
+    /// Rings `doorbell` once `ticket` is durable (at once if it already is).
+    fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
+        let _ = ticket;
+        doorbell.notify_one();
+    }
 }

@@ -4,28 +4,74 @@
 //! engine, fjall, is tested in `hayate-storage` and end to end in `hayate`'s kill -9 test).
 
 use hayate_codec::QoS;
-use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData};
+use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData, Ticket};
 use hayate_testkit::core::{ConnectSpec, CoreHarness};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Wall-clock milliseconds the first broker of each test starts at.
 const T0_MS: u64 = 1_800_000_000_000;
 
+/// Everything appended is durable at once, unless the test holds it back (`hold`, then
+/// `complete`).
 #[derive(Debug, Default)]
 struct MemoryStore {
     ops: Mutex<Vec<StoreOp>>,
+    appended: AtomicU64,
+    held: AtomicBool,
+    durable: AtomicU64,
+    waiting: Mutex<Vec<(Ticket, Arc<Notify>)>>,
 }
 
 impl Store for MemoryStore {
     fn append(&self, op: StoreOp) {
         self.ops.lock().push(op);
+        let ticket = self.appended.fetch_add(1, Ordering::SeqCst) + 1;
+        if !self.held.load(Ordering::SeqCst) {
+            self.durable.store(ticket, Ordering::SeqCst);
+        }
+    }
+
+    fn appended(&self) -> Ticket {
+        self.appended.load(Ordering::SeqCst)
+    }
+
+    fn durable(&self) -> Ticket {
+        self.durable.load(Ordering::SeqCst)
+    }
+
+    fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
+        if self.durable() >= ticket {
+            doorbell.notify_one();
+        } else {
+            self.waiting.lock().push((ticket, doorbell));
+        }
     }
 }
 
 impl MemoryStore {
+    /// From now on, appended ops are durable only once `complete` says so.
+    fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Everything appended so far is durable: rings those waiting.
+    fn complete(&self) {
+        let now = self.appended();
+        self.durable.store(now, Ordering::SeqCst);
+        self.waiting.lock().retain(|(ticket, doorbell)| {
+            let due = *ticket <= now;
+            if due {
+                doorbell.notify_one();
+            }
+            !due
+        });
+    }
+
     fn take(&self) -> Vec<StoreOp> {
         std::mem::take(&mut self.ops.lock())
     }
@@ -250,4 +296,53 @@ fn a_clean_start_deletes_the_stored_session() {
     h.client(ConnectSpec::v5("device")).finish();
     let recovered = fold(&store.take());
     assert!(recovered.sessions.is_empty(), "{recovered:?}");
+}
+
+#[test]
+fn acknowledgements_wait_for_the_store_in_order() {
+    let h = CoreHarness::new();
+    let store = attached(&h, T0_MS);
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    store.hold();
+    let retained = |id| {
+        hayate_codec::Packet::Publish(hayate_testkit::publish_packet(
+            "state/lamp",
+            b"on",
+            QoS::AtLeastOnce,
+            true,
+            Some(id),
+        ))
+    };
+    publisher.send(retained(1)).expect("retained publish");
+    publisher
+        .send(hayate_codec::Packet::Publish(
+            hayate_testkit::publish_packet("plain", b"x", QoS::AtLeastOnce, false, Some(2)),
+        ))
+        .expect("plain publish");
+    assert!(
+        publisher.received().is_empty(),
+        "no PUBACK before the retained message is stored, and none out of order"
+    );
+    store.complete();
+    assert!(
+        publisher.woken(),
+        "the store rings the publisher's doorbell"
+    );
+    let acks: Vec<u16> = publisher
+        .transmit()
+        .into_iter()
+        .map(|packet| match packet {
+            hayate_codec::Packet::PubAck(ack) => ack.packet_id.get(),
+            other => panic!("expected PUBACK, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(acks, vec![1, 2]);
+    // Once nothing is held, acknowledgements go out at once again.
+    publisher.send(retained(3)).expect("retained publish");
+    assert!(
+        publisher.received().is_empty(),
+        "held again: the store holds"
+    );
+    store.complete();
+    assert_eq!(publisher.transmit().len(), 1);
 }

@@ -71,7 +71,7 @@ impl Channel {
         }
         if inbound == InboundPublish::DuplicateQos2 {
             // [MQTT-4.3.3-10] acknowledge again, never route twice.
-            self.acknowledge(&publish, ReasonCode::SUCCESS, out);
+            self.acknowledge(&publish, ReasonCode::SUCCESS, None, out);
             return Ok(());
         }
 
@@ -103,7 +103,7 @@ impl Channel {
                 ));
             } else {
                 // v3 cannot say no: acknowledge and drop [3.1.1: MQTT-3.3.5-2].
-                self.acknowledge(&publish, ReasonCode::SUCCESS, out);
+                self.acknowledge(&publish, ReasonCode::SUCCESS, None, out);
             }
             return Ok(());
         }
@@ -138,12 +138,19 @@ impl Channel {
         } else {
             ReasonCode::SUCCESS
         };
-        self.acknowledge(&publish, reason, out);
+        self.acknowledge(&publish, reason, outcome.stored, out);
         Ok(())
     }
 
-    /// PUBACK for QoS 1 [MQTT-4.3.2-4], PUBREC for QoS 2 [MQTT-4.3.3-8], nothing for QoS 0.
-    fn acknowledge(&self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
+    /// PUBACK for QoS 1 [MQTT-4.3.2-4], PUBREC for QoS 2 [MQTT-4.3.3-8], nothing for QoS 0;
+    /// held while `stored` (the store ticket of what the PUBLISH changed) is not durable.
+    fn acknowledge(
+        &mut self,
+        publish: &Publish,
+        reason: ReasonCode,
+        stored: Option<crate::store::Ticket>,
+        out: &mut OutBuf,
+    ) {
         let Some(packet_id) = publish.packet_id else {
             return;
         };
@@ -159,8 +166,8 @@ impl Channel {
         };
         match publish.qos {
             QoS::AtMostOnce => {}
-            QoS::AtLeastOnce => self.write(&Packet::PubAck(response), out),
-            QoS::ExactlyOnce => self.write(&Packet::PubRec(response), out),
+            QoS::AtLeastOnce => self.send_ack(stored, Packet::PubAck(response), out),
+            QoS::ExactlyOnce => self.send_ack(stored, Packet::PubRec(response), out),
         }
     }
 
@@ -168,7 +175,7 @@ impl Channel {
     /// id is free again [MQTT-4.3.3-9].
     fn refuse_publish(&mut self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
         self.forget_qos2(publish, out);
-        self.acknowledge(publish, reason, out);
+        self.acknowledge(publish, reason, None, out);
     }
 
     fn forget_qos2(&mut self, publish: &Publish, out: &mut OutBuf) {
