@@ -1,23 +1,58 @@
-//! Hayate's durable store: the changes `hayate-core` describes as [`StoreOp`]s (retained
-//! messages, persistent sessions and their subscriptions), kept in a data directory with the
-//! embedded LSM-tree engine [fjall](https://docs.rs/fjall). See `docs/DURABILITY.md` for what
-//! is kept and `docs/design/persistence.md` for the design.
+//! Hayate's durable store: the changes `hayate-core` describes as [`StoreOp`]s, kept in a data
+//! directory with the embedded LSM-tree engine [fjall](https://docs.rs/fjall) (3.1). This is
+//! step 1 of `docs/design/persistence.md`; `docs/DURABILITY.md` says what a user gets.
 //!
-//! Durability (`batched`): [`Store::append`] only queues the op in memory. The store thread
-//! writes the queue in order, one fjall write batch per drain. Once a batch is committed it is
-//! in the operating system's hands and survives a kill -9 of the broker. An fsync follows at
-//! most [`StorageConfig::sync_interval`] later, and that interval is the window a power loss
-//! can take. [`FjallStore::close`] writes the rest and fsyncs.
+//! # What is stored
 //!
-//! Not done yet:
-//! - queued and in-flight messages;
-//! - acknowledgements held until their op is durable, and the `sync` mode;
-//! - the ENOSPC policy: a failed write is counted and logged, and the broker keeps serving from
-//!   memory;
-//! - `on_corruption` (an unreadable record stops the start).
+//! Three fjall keyspaces in the data directory (fjall owns the files, the journal, the
+//! checksums and the directory lock; Hayate has no file format of its own, only small values
+//! that start with a format version byte, see the `record` module):
+//!
+//! - `retained`: key = topic; value = expiry (ms since the Unix epoch, optional) and the
+//!   retained message as an encoded MQTT 5 PUBLISH.
+//! - `sessions`: key = client id; value = Session Expiry Interval, protocol level and when its
+//!   last connection ended.
+//! - `subs`: key = client id length (u16, big-endian), client id, topic filter; value = the
+//!   SUBSCRIBE options byte and the Subscription Identifier. The length prefix keeps client
+//!   `a`'s keys apart from client `ab`'s, so `DeleteSession` removes exactly its client's
+//!   subscriptions (a prefix scan in the same batch as the session's removal).
+//!
+//! [`FjallStore::open`] reads all of it back eagerly into a [`Recovered`].
+//!
+//! # Durability (`batched`)
+//!
+//! [`Store::append`] only queues the op in memory: it never blocks on I/O. One thread,
+//! `hayate-store`, drains the queue and writes each drain, in append order, as one fjall write
+//! batch, which it commits. A committed batch is in the operating system's page cache: it
+//! survives a kill -9 of the broker (tested with SIGKILL in a child process). It is fsynced
+//! (`persist(SyncData)`) at most [`StorageConfig::sync_interval`] (default 200 ms) after the
+//! first commit that followed the previous fsync: that interval is the window a power loss or
+//! kernel crash can take. [`FjallStore::close`] (also run on drop) writes what is queued and
+//! fsyncs with `SyncAll`. The ops between an `append` and the commit of its batch (normally
+//! well under a millisecond) are lost to a kill -9.
+//!
+//! # Write errors
+//!
+//! A failed commit or fsync never panics and never stops the broker: it is counted in
+//! [`StoreStats::write_errors`] and logged once per failed batch. After such a failure fjall
+//! poisons the database and refuses every later write; those refusals are still counted but
+//! logged at most once per 10 s. Nothing is stored again until the broker restarts. A key
+//! fjall cannot hold (empty, or over 65,535 bytes) makes its op refused and counted, and a
+//! failed read of the committed subscriptions a `DeleteSession` removes drops its batch; both
+//! are logged.
+//!
+//! # Not done yet
+//!
+//! - queued and in-flight messages (offline queues, PUBREL pending, inbound QoS 2 ids);
+//! - acknowledgements held until what they acknowledge is durable, and the `sync` mode;
+//! - the ENOSPC policy of the design (refusing QoS 1/2 while the disk is full, keeping a
+//!   backlog and reopening the engine by itself): today a full disk poisons fjall as above;
+//! - `on_corruption`: a record that cannot be read makes [`FjallStore::open`] fail;
+//! - the design's `meta` keyspace (format version, clean-stop flag, liveness tick).
 //!
 //! [`StoreOp`]: hayate_core::store::StoreOp
 //! [`Store::append`]: hayate_core::store::Store::append
+//! [`Recovered`]: hayate_core::store::Recovered
 
 mod record;
 mod store;

@@ -115,21 +115,22 @@ pub(crate) fn read_session(key: &[u8], value: &[u8]) -> Result<SessionRecord, Un
     read().ok_or(Unreadable("session"))
 }
 
-/// The prefix of every subscription key of `client_id`.
-pub(crate) fn subscription_prefix(client_id: &str) -> Vec<u8> {
-    // Client ids are at most 65,535 bytes (a UTF-8 string field, §1.5.4).
-    let len = u16::try_from(client_id.len()).unwrap_or(u16::MAX);
+/// The prefix of every subscription key of `client_id`: its length (u16) and its bytes, so
+/// that no client's prefix is a prefix of another's. `None` for an id over 65,535 bytes
+/// (MQTT strings cannot be longer, §1.5.4).
+pub(crate) fn subscription_prefix(client_id: &str) -> Option<Vec<u8>> {
+    let len = u16::try_from(client_id.len()).ok()?;
     let mut key = Vec::with_capacity(2 + client_id.len());
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(client_id.as_bytes());
-    key
+    Some(key)
 }
 
-/// The key of one subscription.
-pub(crate) fn subscription_key(client_id: &str, filter: &str) -> Vec<u8> {
-    let mut key = subscription_prefix(client_id);
+/// The key of one subscription (`None` as for [`subscription_prefix`]).
+pub(crate) fn subscription_key(client_id: &str, filter: &str) -> Option<Vec<u8>> {
+    let mut key = subscription_prefix(client_id)?;
     key.extend_from_slice(filter.as_bytes());
-    key
+    Some(key)
 }
 
 /// The value of one subscription.
@@ -187,7 +188,7 @@ mod tests {
             options: 0b10_1101,
             subscription_id: Some(268_435_455),
         };
-        let key = subscription_key("dev-1", &sub.filter);
+        let key = subscription_key("dev-1", &sub.filter).unwrap();
         assert_eq!(
             read_subscription(&key, &subscription_value(&sub)),
             Ok(("dev-1".to_string(), sub))

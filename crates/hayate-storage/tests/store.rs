@@ -1,6 +1,6 @@
 //! `FjallStore` on a real directory: what is appended comes back after close and reopen, in
 //! the order it was appended; a random op sequence ends as an in-memory model says; a writer
-//! killed with SIGKILL after its batches were committed loses none of them.
+//! killed with SIGKILL after its batches were committed (and not fsynced) loses none of them.
 
 use bytes::Bytes;
 use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData};
@@ -11,31 +11,43 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn open(dir: &Path) -> (Arc<FjallStore>, Recovered) {
+fn open_with(dir: &Path, sync_interval: Duration) -> (Arc<FjallStore>, Recovered) {
     FjallStore::open(StorageConfig {
         dir: dir.to_path_buf(),
-        sync_interval: Duration::from_millis(200),
+        sync_interval,
     })
     .expect("store opens")
 }
 
-fn session(client_id: &str, expiry: u32) -> StoreOp {
-    StoreOp::PutSession(SessionRecord {
+fn open(dir: &Path) -> (Arc<FjallStore>, Recovered) {
+    open_with(dir, StorageConfig::DEFAULT_SYNC_INTERVAL)
+}
+
+fn record(client_id: &str, expiry: u32, disconnected_at_ms: Option<u64>) -> SessionRecord {
+    SessionRecord {
         client_id: client_id.into(),
         expiry_interval: expiry,
         protocol: 5,
-        disconnected_at_ms: Some(1_800_000_000_000),
-    })
+        disconnected_at_ms,
+    }
+}
+
+fn session(client_id: &str, expiry: u32) -> StoreOp {
+    StoreOp::PutSession(record(client_id, expiry, Some(1_800_000_000_000)))
+}
+
+fn sub(filter: &str, options: u8, subscription_id: Option<u32>) -> SubscriptionData {
+    SubscriptionData {
+        filter: filter.into(),
+        options,
+        subscription_id,
+    }
 }
 
 fn subscribe(client_id: &str, filter: &str, options: u8) -> StoreOp {
     StoreOp::PutSubscription {
         client_id: client_id.into(),
-        subscription: SubscriptionData {
-            filter: filter.into(),
-            options,
-            subscription_id: Some(7),
-        },
+        subscription: sub(filter, options, Some(7)),
     }
 }
 
@@ -47,18 +59,26 @@ fn retain(topic: &str, payload: &'static [u8]) -> StoreOp {
     }
 }
 
-/// Appends `ops`, closes, reopens, and returns what came back (sorted).
-fn round_trip(dir: &Path, ops: Vec<StoreOp>) -> Recovered {
-    let (store, _) = open(dir);
-    for op in ops {
-        store.append(op);
+fn delete_retained(topic: &str) -> StoreOp {
+    StoreOp::DeleteRetained {
+        topic: topic.into(),
     }
-    store.close();
-    drop(store);
-    let (_store, recovered) = open(dir);
-    sorted(recovered)
 }
 
+/// Waits until the store thread has committed `ops` ops in all.
+fn wait_committed(store: &FjallStore, ops: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.stats().ops_committed < ops {
+        assert!(
+            Instant::now() < deadline,
+            "not committed: {:?}",
+            store.stats()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Sorts what a store gave back, so it can be compared.
 fn sorted(mut recovered: Recovered) -> Recovered {
     recovered.retained.sort_by(|a, b| a.0.cmp(&b.0));
     recovered
@@ -70,42 +90,104 @@ fn sorted(mut recovered: Recovered) -> Recovered {
     recovered
 }
 
+/// Appends `ops` to a store on `dir`, closes it, reopens, and returns what came back (sorted).
+fn round_trip(dir: &Path, ops: Vec<StoreOp>) -> Recovered {
+    let (store, _) = open(dir);
+    for op in ops {
+        store.append(op);
+    }
+    store.close();
+    assert_eq!(store.stats().write_errors, 0);
+    drop(store);
+    let (_store, recovered) = open(dir);
+    sorted(recovered)
+}
+
 #[test]
-fn every_kind_of_record_comes_back() {
+fn every_op_kind_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let recovered = round_trip(
         dir.path(),
         vec![
-            session("dev-1", 3600),
-            subscribe("dev-1", "cmd/#", 0b10_1101),
-            subscribe("dev-1", "$share/g/x", 1),
+            StoreOp::PutSession(record("dev-1", 3600, Some(1_800_000_000_000))),
+            StoreOp::PutSession(record("dev-2", u32::MAX, None)),
+            StoreOp::PutSession(record("gone", 10, None)),
+            StoreOp::PutSubscription {
+                client_id: "dev-1".into(),
+                subscription: sub("cmd/#", 0b10_1101, Some(268_435_455)),
+            },
+            StoreOp::PutSubscription {
+                client_id: "dev-1".into(),
+                subscription: sub("$share/g/x", 1, None),
+            },
+            StoreOp::PutSubscription {
+                client_id: "dev-1".into(),
+                subscription: sub("dropped", 2, None),
+            },
+            StoreOp::DeleteSubscription {
+                client_id: "dev-1".into(),
+                filter: "dropped".into(),
+            },
+            subscribe("gone", "x", 0),
+            StoreOp::DeleteSession {
+                client_id: "gone".into(),
+            },
             retain("state/a", b"publish-a"),
             StoreOp::PutRetained {
                 topic: "state/b".into(),
                 expires_at_ms: Some(42),
                 publish: Bytes::from_static(b"publish-b"),
             },
+            retain("state/c", b"publish-c"),
+            delete_retained("state/c"),
         ],
     );
-    assert_eq!(
-        recovered.retained,
-        vec![
+    let expected = Recovered {
+        retained: vec![
             ("state/a".into(), None, Bytes::from_static(b"publish-a")),
             ("state/b".into(), Some(42), Bytes::from_static(b"publish-b")),
-        ]
+        ],
+        sessions: vec![
+            (
+                record("dev-1", 3600, Some(1_800_000_000_000)),
+                vec![
+                    sub("$share/g/x", 1, None),
+                    sub("cmd/#", 0b10_1101, Some(268_435_455)),
+                ],
+            ),
+            (record("dev-2", u32::MAX, None), vec![]),
+        ],
+    };
+    assert_eq!(recovered, expected);
+    // A second open changes nothing; a third sees the deletes of the second.
+    let recovered = round_trip(dir.path(), vec![]);
+    assert_eq!(recovered, expected);
+    let recovered = round_trip(
+        dir.path(),
+        vec![
+            delete_retained("state/a"),
+            StoreOp::DeleteSession {
+                client_id: "dev-1".into(),
+            },
+        ],
     );
-    assert_eq!(recovered.sessions.len(), 1);
-    let (record, subs) = &recovered.sessions[0];
-    assert_eq!(record.client_id, "dev-1");
-    assert_eq!(record.expiry_interval, 3600);
-    assert_eq!(record.disconnected_at_ms, Some(1_800_000_000_000));
-    let filters: Vec<(&str, u8)> = subs
-        .iter()
-        .map(|s| (s.filter.as_str(), s.options))
-        .collect();
-    assert_eq!(filters, vec![("$share/g/x", 1), ("cmd/#", 0b10_1101)]);
+    assert_eq!(recovered.retained.len(), 1);
+    assert_eq!(
+        recovered.sessions,
+        vec![(record("dev-2", u32::MAX, None), vec![])]
+    );
 }
 
+fn retained_topics(recovered: &Recovered) -> Vec<(&str, &[u8])> {
+    recovered
+        .retained
+        .iter()
+        .map(|(t, _, p)| (t.as_str(), &p[..]))
+        .collect()
+}
+
+/// Put then delete ends deleted, delete then put ends present: appended together (most likely
+/// one drain; `src/store.rs` tests the single batch exactly) and in separate batches.
 #[test]
 fn later_ops_win_within_and_across_batches() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,41 +197,63 @@ fn later_ops_win_within_and_across_batches() {
             retain("t/1", b"old"),
             retain("t/1", b"new"),
             retain("t/2", b"gone"),
-            StoreOp::DeleteRetained {
-                topic: "t/2".into(),
-            },
-            StoreOp::DeleteRetained {
-                topic: "t/3".into(),
-            },
+            delete_retained("t/2"),
+            delete_retained("t/3"),
             retain("t/3", b"back"),
         ],
     );
-    let topics: Vec<(&str, &[u8])> = recovered
-        .retained
-        .iter()
-        .map(|(t, _, p)| (t.as_str(), &p[..]))
-        .collect();
-    assert_eq!(topics, vec![("t/1", &b"new"[..]), ("t/3", &b"back"[..])]);
-    // A second session of appends on top of the first.
-    let recovered = round_trip(
-        dir.path(),
-        vec![StoreOp::DeleteRetained {
-            topic: "t/1".into(),
-        }],
+    assert_eq!(
+        retained_topics(&recovered),
+        vec![("t/1", &b"new"[..]), ("t/3", &b"back"[..])]
     );
-    assert_eq!(recovered.retained.len(), 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path());
+    let steps = [
+        retain("put-then-delete", b"x"),
+        delete_retained("put-then-delete"),
+        delete_retained("delete-then-put"),
+        retain("delete-then-put", b"y"),
+    ];
+    for (n, op) in steps.into_iter().enumerate() {
+        store.append(op);
+        wait_committed(&store, n as u64 + 1);
+    }
+    assert_eq!(store.stats().batches, 4, "one batch per op");
+    store.close();
+    drop(store);
+    let (_store, recovered) = open(dir.path());
+    assert_eq!(
+        retained_topics(&recovered),
+        vec![("delete-then-put", &b"y"[..])]
+    );
 }
 
 #[test]
 fn deleting_a_session_removes_its_subscriptions_only() {
     let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path());
+    for op in [
+        session("a", 60),
+        subscribe("a", "x/#", 0),
+        session("ab", 60),
+        subscribe("ab", "y/#", 0),
+        session("a\0b", 60),
+        subscribe("a\0b", "n", 0),
+        session("", 60),
+    ] {
+        store.append(op);
+    }
+    store.close();
+    assert_eq!(
+        store.stats().write_errors,
+        1,
+        "an empty client id cannot be a key"
+    );
+    drop(store);
     let recovered = round_trip(
         dir.path(),
         vec![
-            session("a", 60),
-            subscribe("a", "x/#", 0),
-            session("ab", 60),
-            subscribe("ab", "y/#", 0),
             StoreOp::DeleteSession {
                 client_id: "a".into(),
             },
@@ -158,59 +262,114 @@ fn deleting_a_session_removes_its_subscriptions_only() {
             subscribe("a", "z", 1),
         ],
     );
-    let got: Vec<(String, Vec<String>)> = recovered
+    let got: Vec<(&str, Vec<&str>)> = recovered
         .sessions
         .iter()
         .map(|(r, s)| {
             (
-                r.client_id.clone(),
-                s.iter().map(|s| s.filter.clone()).collect(),
+                r.client_id.as_str(),
+                s.iter().map(|s| s.filter.as_str()).collect(),
             )
         })
         .collect();
     assert_eq!(
         got,
-        vec![
-            ("a".to_string(), vec!["z".to_string()]),
-            ("ab".to_string(), vec!["y/#".to_string()]),
-        ]
+        vec![("a", vec!["z"]), ("a\0b", vec!["n"]), ("ab", vec!["y/#"])]
     );
 }
 
 #[test]
 fn a_directory_in_use_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (_store, _) = open(dir.path());
-    let error = FjallStore::open(StorageConfig {
-        dir: dir.path().to_path_buf(),
-        sync_interval: Duration::from_millis(200),
-    })
-    .expect_err("second open");
-    assert!(matches!(error, StorageError::Locked { .. }), "{error:?}");
-    assert!(error
-        .to_string()
-        .contains(&dir.path().display().to_string()));
+    let (store, _) = open(dir.path());
+    let error = FjallStore::open(StorageConfig::new(dir.path())).expect_err("second open");
+    assert!(matches!(error, StorageError::Locked(_)), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains(&dir.path().display().to_string()),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+    // Released on close.
+    store.close();
+    let (_again, _) = open(dir.path());
 }
 
-/// What a sequence of ops leaves, as plain maps.
-#[derive(Debug, Default, PartialEq)]
+#[test]
+fn a_directory_that_cannot_be_created_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let error = FjallStore::open(StorageConfig::new(file.join("data"))).expect_err("not a dir");
+    assert!(matches!(error, StorageError::Dir { .. }), "{error:?}");
+    assert!(error.to_string().contains("file/data"), "{error}");
+}
+
+/// `close` is idempotent, ops appended after it are dropped, and dropping a store that was
+/// never closed writes and releases everything too.
+#[test]
+fn close_and_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path());
+    store.append(retain("before", b"x"));
+    store.close();
+    let stats = store.stats();
+    assert_eq!((stats.ops_committed, stats.batches), (1, 1));
+    assert!(stats.syncs >= 1, "close fsyncs: {stats:?}");
+    store.close();
+    store.append(retain("after", b"x"));
+    assert_eq!(store.queued(), 0);
+    drop(store);
+
+    let (store, recovered) = open(dir.path());
+    assert_eq!(retained_topics(&recovered), vec![("before", &b"x"[..])]);
+    store.append(retain("dropped-not-closed", b"y"));
+    drop(store);
+    let (_store, recovered) = open(dir.path());
+    assert_eq!(recovered.retained.len(), 2);
+}
+
+/// Something committed is fsynced about one interval later, without a close.
+#[test]
+fn committed_ops_are_fsynced_within_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open_with(dir.path(), Duration::from_millis(50));
+    store.append(retain("t", b"x"));
+    wait_committed(&store, 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.stats().syncs == 0 {
+        assert!(Instant::now() < deadline, "never fsynced");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Nothing new: no more fsyncs.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(store.stats().syncs, 1);
+}
+
+/// What a sequence of ops leaves.
+#[derive(Debug, Default)]
 struct Model {
-    retained: BTreeMap<String, Vec<u8>>,
-    sessions: BTreeMap<String, u32>,
-    subs: BTreeMap<(String, String), u8>,
+    retained: BTreeMap<String, (Option<u64>, Bytes)>,
+    sessions: BTreeMap<String, SessionRecord>,
+    subs: BTreeMap<(String, String), SubscriptionData>,
 }
 
 impl Model {
     fn apply(&mut self, op: &StoreOp) {
         match op {
-            StoreOp::PutRetained { topic, publish, .. } => {
-                self.retained.insert(topic.clone(), publish.to_vec());
+            StoreOp::PutRetained {
+                topic,
+                expires_at_ms,
+                publish,
+            } => {
+                self.retained
+                    .insert(topic.clone(), (*expires_at_ms, publish.clone()));
             }
             StoreOp::DeleteRetained { topic } => {
                 self.retained.remove(topic);
             }
             StoreOp::PutSession(r) => {
-                self.sessions.insert(r.client_id.clone(), r.expiry_interval);
+                self.sessions.insert(r.client_id.clone(), r.clone());
             }
             StoreOp::DeleteSession { client_id } => {
                 self.sessions.remove(client_id);
@@ -222,7 +381,7 @@ impl Model {
             } => {
                 self.subs.insert(
                     (client_id.clone(), subscription.filter.clone()),
-                    subscription.options,
+                    subscription.clone(),
                 );
             }
             StoreOp::DeleteSubscription { client_id, filter } => {
@@ -231,41 +390,64 @@ impl Model {
         }
     }
 
-    fn of(recovered: &Recovered) -> Model {
-        let mut model = Model::default();
-        for (topic, _, publish) in &recovered.retained {
-            model.retained.insert(topic.clone(), publish.to_vec());
-        }
-        for (record, subs) in &recovered.sessions {
-            model
+    /// What a store holding this should give back (sorted). Subscriptions of a client
+    /// without a session are not given back.
+    fn recovered(&self) -> Recovered {
+        Recovered {
+            retained: self
+                .retained
+                .iter()
+                .map(|(t, (e, p))| (t.clone(), *e, p.clone()))
+                .collect(),
+            sessions: self
                 .sessions
-                .insert(record.client_id.clone(), record.expiry_interval);
-            for sub in subs {
-                model
-                    .subs
-                    .insert((record.client_id.clone(), sub.filter.clone()), sub.options);
-            }
+                .values()
+                .map(|r| {
+                    let subs = self
+                        .subs
+                        .iter()
+                        .filter(|((c, _), _)| *c == r.client_id)
+                        .map(|(_, s)| s.clone())
+                        .collect();
+                    (r.clone(), subs)
+                })
+                .collect(),
         }
-        model
     }
 }
 
 fn op_strategy() -> impl Strategy<Value = StoreOp> {
-    let client = prop::sample::select(vec!["a", "ab", "b", "c"]);
-    let name = prop::sample::select(vec!["x", "x/y", "+/y", "#"]);
+    let client = prop::sample::select(vec!["a", "ab", "a\0b", "b"]);
+    let name = prop::sample::select(vec!["x", "x/y", "+/y", "#", "$share/g/x"]);
     prop_oneof![
-        (name.clone(), any::<u8>()).prop_map(|(t, b)| StoreOp::PutRetained {
-            topic: t.into(),
-            expires_at_ms: None,
-            publish: Bytes::from(vec![b; 3]),
+        (
+            name.clone(),
+            any::<Option<u64>>(),
+            prop::collection::vec(any::<u8>(), 0..8)
+        )
+            .prop_map(|(t, e, p)| StoreOp::PutRetained {
+                topic: t.into(),
+                expires_at_ms: e,
+                publish: Bytes::from(p),
+            }),
+        name.clone().prop_map(delete_retained),
+        (client.clone(), any::<u32>(), 3u8..6, any::<Option<u64>>()).prop_map(|(c, e, p, d)| {
+            StoreOp::PutSession(SessionRecord {
+                client_id: c.into(),
+                expiry_interval: e,
+                protocol: p,
+                disconnected_at_ms: d,
+            })
         }),
-        name.clone()
-            .prop_map(|t| StoreOp::DeleteRetained { topic: t.into() }),
-        (client.clone(), 1u32..100).prop_map(|(c, e)| session(c, e)),
         client.clone().prop_map(|c| StoreOp::DeleteSession {
             client_id: c.into()
         }),
-        (client.clone(), name.clone(), 0u8..3).prop_map(|(c, f, o)| subscribe(c, f, o)),
+        (client.clone(), name.clone(), 0u8..64, any::<Option<u32>>()).prop_map(|(c, f, o, i)| {
+            StoreOp::PutSubscription {
+                client_id: c.into(),
+                subscription: sub(f, o, i),
+            }
+        }),
         (client, name).prop_map(|(c, f)| StoreOp::DeleteSubscription {
             client_id: c.into(),
             filter: f.into(),
@@ -274,49 +456,85 @@ fn op_strategy() -> impl Strategy<Value = StoreOp> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    // No regression file: integration tests have no lib.rs for proptest to put it beside.
+    #![proptest_config(ProptestConfig {
+        cases: 32,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+    /// Random ops, applied to the model and appended to the store with random pauses (so
+    /// drains, hence batches, fall anywhere), with a close and reopen at a random point and at
+    /// the end: the store gives back what the model holds.
     #[test]
-    fn random_ops_end_as_the_model_says(ops in prop::collection::vec(op_strategy(), 0..60)) {
+    fn random_ops_end_as_the_model_says(
+        ops in prop::collection::vec((op_strategy(), any::<bool>()), 0..80),
+        reopen_at in any::<prop::sample::Index>(),
+    ) {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = open(dir.path());
+        let reopen_at = reopen_at.index(ops.len() + 1);
         let mut model = Model::default();
-        for (i, op) in ops.iter().enumerate() {
+        let (mut store, _) = open(dir.path());
+        for (i, (op, pause)) in ops.iter().enumerate() {
+            if i == reopen_at {
+                store.close();
+                drop(store);
+                let recovered;
+                (store, recovered) = open(dir.path());
+                prop_assert_eq!(sorted(recovered), model.recovered());
+            }
             model.apply(op);
             store.append(op.clone());
-            if i % 7 == 0 {
-                // Let the store thread take several batches.
-                std::thread::sleep(Duration::from_millis(1));
+            if *pause {
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
         store.close();
+        prop_assert_eq!(store.stats().write_errors, 0);
         drop(store);
         let (_store, recovered) = open(dir.path());
-        // Subscriptions of clients without a session are not given back; the model keeps them.
-        let sessions = model.sessions.clone();
-        model.subs.retain(|(c, _), _| sessions.contains_key(c));
-        prop_assert_eq!(Model::of(&recovered), model);
+        prop_assert_eq!(sorted(recovered), model.recovered());
     }
 }
 
-const CHILD_ENV: &str = "HAYATE_STORAGE_KILL_CHILD";
-const CHILD_OPS: usize = 2_000;
+const CHILD_ENV: &str = "HAYATE_STORAGE_KILL9_DIR";
+const CHILD_OPS: u64 = 3_000;
 
-/// The writer process of `committed_batches_survive_kill_9`: appends, waits until the store
-/// thread committed everything, says so, and waits to be killed (never closing the store).
+/// The ops of the kill -9 writer: retained messages, sessions and their subscriptions, some
+/// deleted again.
+fn child_op(i: u64) -> StoreOp {
+    match i % 3 {
+        0 => StoreOp::PutRetained {
+            topic: format!("t/{i}"),
+            expires_at_ms: Some(i),
+            publish: Bytes::from(i.to_be_bytes().to_vec()),
+        },
+        1 => session(&format!("c{i}"), 60),
+        _ => subscribe(&format!("c{}", i - 1), &format!("f/{i}"), 1),
+    }
+}
+
+/// The writer process of `committed_batches_survive_kill_9` (does nothing in a normal run):
+/// appends, waits until the store thread has committed everything, says so, and waits to be
+/// killed, never closing the store. Its fsync interval is an hour: nothing it commits is
+/// fsynced by it.
 #[test]
 fn kill_9_child() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (store, _) = open(Path::new(&dir));
+    let (store, _) = open_with(Path::new(&dir), Duration::from_secs(3600));
     for i in 0..CHILD_OPS {
-        store.append(retain(&format!("t/{i}"), b"payload"));
+        store.append(child_op(i));
+        if i % 500 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
-    while store.stats().ops_committed < CHILD_OPS as u64 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    println!("committed");
-    std::mem::forget(store);
+    wait_committed(&store, CHILD_OPS);
+    let stats = store.stats();
+    println!(
+        "committed ops={} batches={} syncs={}",
+        stats.ops_committed, stats.batches, stats.syncs
+    );
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -338,23 +556,44 @@ fn committed_batches_survive_kill_9() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("child");
+    // libtest prints "test kill_9_child ... " before the child's own output, on that line.
     let stdout = child.stdout.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        assert!(Instant::now() < deadline, "the child never committed");
-        match lines.next() {
-            Some(Ok(line)) if line.contains("committed") => break,
-            Some(_) => continue,
-            None => panic!("the child exited: {:?}", child.wait()),
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find("committed ops=") {
+                let _ = tx.send(line[at..].to_string());
+                break;
+            }
         }
-    }
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(line) => line,
+        Err(error) => {
+            let _ = child.kill();
+            panic!(
+                "the child never said it committed ({error}): {:?}",
+                child.wait()
+            );
+        }
+    };
+    eprintln!("child: {line}");
+    assert!(line.ends_with("syncs=0"), "the child fsynced: {line}");
     child.kill().expect("SIGKILL");
-    child.wait().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "{status:?}");
+
     let (_store, recovered) = open(dir.path());
+    let mut model = Model::default();
+    for i in 0..CHILD_OPS {
+        model.apply(&child_op(i));
+    }
+    assert_eq!(recovered.retained.len(), 1_000);
+    assert_eq!(recovered.sessions.len(), 1_000);
     assert_eq!(
-        recovered.retained.len(),
-        CHILD_OPS,
+        sorted(recovered),
+        model.recovered(),
         "every committed op survived"
     );
 }
