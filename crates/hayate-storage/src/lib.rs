@@ -44,7 +44,9 @@
 //! # Not done yet
 //!
 //! - queued and in-flight messages (offline queues, PUBREL pending, inbound QoS 2 ids);
-//! - acknowledgements held until what they acknowledge is durable, and the `sync` mode;
+//! - the `sync` mode (durable = fsynced). In `batched` mode an op counts as durable once its
+//!   batch is committed: `hayate-core` holds a retained PUBLISH's acknowledgement until
+//!   then ([`Store::durable`], [`Store::notify_when_durable`]);
 //! - the ENOSPC policy of the design (refusing QoS 1/2 while the disk is full, keeping a
 //!   backlog and reopening the engine by itself): today a full disk poisons fjall as above;
 //! - `on_corruption`: a record that cannot be read makes [`FjallStore::open`] fail;
@@ -52,6 +54,8 @@
 //!
 //! [`StoreOp`]: hayate_core::store::StoreOp
 //! [`Store::append`]: hayate_core::store::Store::append
+//! [`Store::durable`]: hayate_core::store::Store::durable
+//! [`Store::notify_when_durable`]: hayate_core::store::Store::notify_when_durable
 //! [`Recovered`]: hayate_core::store::Recovered
 
 mod record;

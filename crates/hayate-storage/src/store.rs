@@ -3,7 +3,7 @@
 
 use crate::record::{self, Unreadable};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use hayate_core::store::{Recovered, Store, StoreOp, SubscriptionData};
+use hayate_core::store::{Recovered, Store, StoreOp, SubscriptionData, Ticket};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Where and how to keep the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +100,21 @@ impl Counters {
 #[derive(Default)]
 struct Queue {
     ops: Vec<StoreOp>,
+    /// The ticket of the last op appended (the first is 1).
+    appended: Ticket,
     closing: bool,
+}
+
+/// How far the written ops reach, and who waits for more. One lock, so a wait registered
+/// after a check cannot miss the advance that would ring it.
+#[derive(Default)]
+struct Durable {
+    /// Every op up to this ticket is committed.
+    ticket: Ticket,
+    /// A batch failed: no later ticket is reported durable until the store is opened again,
+    /// so nothing that was not stored is acknowledged.
+    failed: bool,
+    waiting: Vec<(Ticket, Arc<Notify>)>,
 }
 
 #[derive(Default)]
@@ -109,6 +124,26 @@ struct Shared {
     counters: Counters,
     /// An op was appended after close (logged once).
     late_logged: AtomicBool,
+    durable: Mutex<Durable>,
+}
+
+impl Shared {
+    /// Every op up to `ticket` is committed: rings those waiting for it.
+    fn advance(&self, ticket: Ticket) {
+        let mut durable = self.durable.lock();
+        if durable.failed {
+            return;
+        }
+        durable.ticket = durable.ticket.max(ticket);
+        let now = durable.ticket;
+        durable.waiting.retain(|(wanted, doorbell)| {
+            let due = *wanted <= now;
+            if due {
+                doorbell.notify_one();
+            }
+            !due
+        });
+    }
 }
 
 /// The engine's handles, owned by the store thread.
@@ -149,11 +184,31 @@ impl Store for FjallStore {
             return;
         }
         queue.ops.push(op);
+        queue.appended += 1;
         let first = queue.ops.len() == 1;
         drop(queue);
         if first {
             // Later ops of the same drain find the thread awake (or about to take them).
             self.shared.wake.notify_one();
+        }
+    }
+
+    fn appended(&self) -> Ticket {
+        self.shared.queue.lock().appended
+    }
+
+    /// In `batched` mode an op is durable once its batch is committed (it survives a kill -9
+    /// of the broker; the fsync follows within the sync interval).
+    fn durable(&self) -> Ticket {
+        self.shared.durable.lock().ticket
+    }
+
+    fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
+        let mut durable = self.shared.durable.lock();
+        if durable.ticket >= ticket {
+            doorbell.notify_one();
+        } else {
+            durable.waiting.push((ticket, doorbell));
         }
     }
 }
@@ -479,8 +534,9 @@ struct Writer {
 }
 
 impl Writer {
-    /// Applies `ops` in order and commits them as one batch.
-    fn write(&mut self, ops: Vec<StoreOp>, counters: &Counters) {
+    /// Applies `ops` in order and commits them as one batch. False when the batch (or a read
+    /// it needed) failed; ops refused for their keys count as done (they can never be stored).
+    fn write(&mut self, ops: Vec<StoreOp>, counters: &Counters) -> bool {
         let count = ops.len();
         let mut pending = Pending::default();
         let mut applied = 0u64;
@@ -492,7 +548,7 @@ impl Writer {
                 Err(OpError::Read(error)) => {
                     Counters::add(&counters.write_errors, 1);
                     self.errors.failed("store_read_failed", &error, count);
-                    return;
+                    return false;
                 }
             }
         }
@@ -505,17 +561,19 @@ impl Writer {
             );
         }
         if pending.is_empty() {
-            return;
+            return true;
         }
         match self.engine.commit(pending) {
             Ok(()) => {
                 Counters::add(&counters.ops_committed, applied);
                 Counters::add(&counters.batches, 1);
                 self.unsynced_since.get_or_insert_with(Instant::now);
+                true
             }
             Err(error) => {
                 Counters::add(&counters.write_errors, 1);
                 self.errors.failed("store_write_failed", &error, count);
+                false
             }
         }
     }
@@ -547,7 +605,7 @@ fn run(engine: Engine, shared: &Shared, sync_interval: Duration) {
         unsynced_since: None,
     };
     loop {
-        let (ops, closing) = {
+        let (ops, last, closing) = {
             let mut queue = shared.queue.lock();
             while queue.ops.is_empty() && !queue.closing {
                 match writer.unsynced_since {
@@ -560,10 +618,18 @@ fn run(engine: Engine, shared: &Shared, sync_interval: Duration) {
                     }
                 }
             }
-            (std::mem::take(&mut queue.ops), queue.closing)
+            (
+                std::mem::take(&mut queue.ops),
+                queue.appended,
+                queue.closing,
+            )
         };
         if !ops.is_empty() {
-            writer.write(ops, &shared.counters);
+            if writer.write(ops, &shared.counters) {
+                shared.advance(last);
+            } else {
+                shared.durable.lock().failed = true;
+            }
         }
         if closing {
             // `append` refuses ops once `closing` is set, so this drain was the last.

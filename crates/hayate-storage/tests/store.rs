@@ -597,3 +597,38 @@ fn committed_batches_survive_kill_9() {
         "every committed op survived"
     );
 }
+
+/// Held acknowledgements rely on this: an appended op gets the next ticket, the ticket becomes
+/// durable once its batch is committed, and a doorbell registered for it is rung then.
+#[test]
+fn appended_ops_become_durable_and_ring_their_doorbell() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let dir = tempfile::tempdir().unwrap();
+    // An fsync interval of an hour: durable in `batched` means committed, not fsynced.
+    let (store, _) = open_with(dir.path(), Duration::from_secs(3600));
+    assert_eq!((store.appended(), store.durable()), (0, 0));
+    store.append(retain("t/1", b"a"));
+    store.append(retain("t/2", b"b"));
+    let ticket = store.appended();
+    assert_eq!(ticket, 2);
+    let doorbell = Arc::new(tokio::sync::Notify::new());
+    store.notify_when_durable(ticket, doorbell.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.durable() < ticket {
+        assert!(Instant::now() < deadline, "never durable");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let rung = std::pin::pin!(doorbell.notified())
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready();
+    assert!(rung, "the doorbell was rung when the ticket became durable");
+    assert_eq!(store.stats().syncs, 0, "committed, not yet fsynced");
+    // Asking for a ticket that is already durable rings at once.
+    let late = Arc::new(tokio::sync::Notify::new());
+    store.notify_when_durable(1, late.clone());
+    let rung = std::pin::pin!(late.notified())
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready();
+    assert!(rung);
+}

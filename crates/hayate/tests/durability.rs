@@ -1,6 +1,7 @@
 //! Persistence end to end (`docs/DURABILITY.md`): the real `hayate` binary with `--data-dir`
-//! is killed with SIGKILL and started again on the same directory; retained messages and a
-//! persistent session with its subscription are back. A second broker on a directory in use
+//! is killed with SIGKILL right after its last PUBACK and started again on the same
+//! directory; every acknowledged retained message and a persistent session with its
+//! subscription are back. A second broker on a directory in use
 //! refuses to start and names it.
 
 use hayate_codec::{Packet, ProtocolVersion, QoS};
@@ -98,9 +99,8 @@ fn retained_messages_and_persistent_sessions_survive_kill_9() {
     // An update and a removal must win over what they replace.
     publish_qos1(&mut publisher, "state/1", b"updated", true, 101);
     publish_qos1(&mut publisher, "state/2", b"", true, 102);
-    // Acknowledgements are not yet tied to the store (docs/DURABILITY.md): give the store
-    // thread time to commit (it commits within milliseconds; it is not waiting for an fsync).
-    std::thread::sleep(Duration::from_millis(500));
+    // No pause: the PUBACK of a retained PUBLISH is sent only once the store committed it,
+    // and the session's ops were appended (so committed) before those.
     first.kill();
 
     let second = Broker::start(dir.path());
