@@ -60,7 +60,8 @@ pub enum StoreOp {
 /// A persistent session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {
-    /// Client identifier.
+    /// Client identifier; never empty (the engine cannot store an empty key, and a client
+    /// that sends none is assigned one).
     pub client_id: String,
     /// Session Expiry Interval in seconds (`u32::MAX`: never).
     pub expiry_interval: u32,
@@ -88,7 +89,8 @@ pub struct SubscriptionData {
 pub struct Recovered {
     /// Retained messages: topic, expiry (ms since the Unix epoch) and encoded PUBLISH.
     pub retained: Vec<(String, Option<u64>, Bytes)>,
-    /// Persistent sessions with their subscriptions.
+    /// Persistent sessions with their subscriptions. Subscriptions stored without their
+    /// session are not given back (the store logs them).
     pub sessions: Vec<(SessionRecord, Vec<SubscriptionData>)>,
 }
 
