@@ -346,3 +346,38 @@ fn acknowledgements_wait_for_the_store_in_order() {
     store.complete();
     assert_eq!(publisher.transmit().len(), 1);
 }
+
+#[test]
+fn the_suback_of_a_stored_session_waits_for_the_store() {
+    let h = CoreHarness::new();
+    let store = attached(&h, T0_MS);
+    let mut device = h.client(
+        ConnectSpec::v5("device")
+            .clean_start(false)
+            .session_expiry(60),
+    );
+    store.hold();
+    device
+        .send(hayate_codec::Packet::Subscribe(hayate_codec::Subscribe {
+            packet_id: hayate_codec::PacketId::new(9).unwrap(),
+            filters: vec![(
+                "cmd/#".into(),
+                hayate_codec::SubscriptionOptions::with_qos(QoS::AtLeastOnce),
+            )],
+            properties: Default::default(),
+        }))
+        .expect("subscribe");
+    assert!(
+        device.received().is_empty(),
+        "no SUBACK before the subscription is stored"
+    );
+    store.complete();
+    assert!(device.woken());
+    assert!(matches!(
+        device.transmit().as_slice(),
+        [hayate_codec::Packet::SubAck(ack)] if ack.packet_id.get() == 9
+    ));
+    // A clean session's SUBACK never waits (nothing of it is stored).
+    let mut clean = h.client(ConnectSpec::v5("clean"));
+    assert_eq!(clean.subscribe("x", QoS::AtMostOnce), vec![0]);
+}

@@ -32,12 +32,26 @@ impl Broker {
             .stderr(Stdio::null())
             .spawn()
             .expect("hayate serve");
+        let mut broker = Broker { child, addr };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
+        loop {
+            // A broker that exited (its port taken meanwhile by another test's broker, say)
+            // must not pass for one that listens.
+            if let Some(status) = broker.child.try_wait().expect("try_wait") {
+                panic!("hayate serve exited: {status}");
+            }
+            if TcpStream::connect(addr).is_ok() {
+                break;
+            }
             assert!(Instant::now() < deadline, "hayate serve did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Broker { child, addr }
+        // Still running after answering: it is ours that listens.
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(status) = broker.child.try_wait().expect("try_wait") {
+            panic!("hayate serve exited: {status}");
+        }
+        broker
     }
 
     /// SIGKILL, then wait for the process to be gone.
@@ -74,8 +88,12 @@ fn publish_qos1(client: &mut BlockingClient, topic: &str, payload: &[u8], retain
     }
 }
 
+/// One test at a time: each starts brokers on ports picked free a moment before.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn retained_messages_and_persistent_sessions_survive_kill_9() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let first = Broker::start(dir.path());
     let (mut device, present) = persistent(first.addr, "device-1");
@@ -129,17 +147,35 @@ fn retained_messages_and_persistent_sessions_survive_kill_9() {
 
 #[test]
 fn a_data_dir_in_use_is_refused() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let _running = Broker::start(dir.path());
-    let output = Command::new(HAYATE)
+    let mut second = Command::new(HAYATE)
         .args(["serve", "--log-level", "warn", "-l"])
         .arg(format!("127.0.0.1:{}", free_port()))
         .arg("--data-dir")
         .arg(dir.path())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("hayate serve");
-    assert!(!output.status.success(), "a second broker started");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Bounded: a second broker that did start would otherwise run (and hang the test) forever.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second broker started on a data directory in use");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "a second broker started");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr read");
     assert!(
         stderr.contains(&dir.path().display().to_string()),
         "the error names the directory: {stderr}"

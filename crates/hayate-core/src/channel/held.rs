@@ -1,8 +1,9 @@
 //! Acknowledgements held until the store has what they acknowledge (`crate::persist`,
 //! `docs/DURABILITY.md`). A PUBACK or PUBREC whose PUBLISH changed stored state (a retained
-//! message) waits for its store ticket to be durable. Every acknowledgement after it waits
-//! behind it, because PUBACKs and PUBRECs go out in the order their PUBLISH packets arrived
-//! [MQTT-4.6.0-2] [MQTT-4.6.0-3].
+//! message), and the SUBACK or UNSUBACK of a stored session, wait for their store ticket to
+//! be durable. Every acknowledgement after one that waits goes behind it, because PUBACKs and
+//! PUBRECs go out in the order their PUBLISH packets arrived [MQTT-4.6.0-2]
+//! [MQTT-4.6.0-3].
 
 use super::Channel;
 use crate::store::Ticket;

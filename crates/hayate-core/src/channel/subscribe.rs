@@ -42,7 +42,8 @@ impl Channel {
             reason_codes,
             properties: Properties::default(),
         };
-        self.write(&Packet::SubAck(suback), out);
+        let stored = self.stored_subscriptions();
+        self.send_ack(stored, Packet::SubAck(suback), out);
         if !deliveries.is_empty() {
             self.with_session(out, |state, _| {
                 for delivery in deliveries {
@@ -206,6 +207,14 @@ impl Channel {
         })
     }
 
+    /// For a session in the store: a ticket covering the subscription ops just appended (the
+    /// last ticket appended so far), which the SUBACK/UNSUBACK waits for.
+    fn stored_subscriptions(&self) -> Option<crate::store::Ticket> {
+        let attached = self.broker.attached()?;
+        let persisted = self.cell.as_ref()?.state.lock().persisted;
+        persisted.then(|| attached.store.appended())
+    }
+
     pub(super) fn handle_unsubscribe(
         &mut self,
         unsubscribe: Unsubscribe,
@@ -261,7 +270,8 @@ impl Channel {
             reason_codes,
             properties: Properties::default(),
         };
-        self.write(&Packet::UnsubAck(unsuback), out);
+        let stored = self.stored_subscriptions();
+        self.send_ack(stored, Packet::UnsubAck(unsuback), out);
         Ok(())
     }
 }
