@@ -1,0 +1,186 @@
+//! Unit tests of the store thread's writer (one batch per drain, same-key order, prefixes).
+use super::*;
+use bytes::Bytes;
+use hayate_core::store::SessionRecord;
+
+fn retain(topic: &str, payload: &'static [u8]) -> StoreOp {
+    StoreOp::PutRetained {
+        topic: topic.into(),
+        expires_at_ms: None,
+        publish: Bytes::from_static(payload),
+    }
+}
+
+fn session(client_id: &str) -> StoreOp {
+    StoreOp::PutSession(SessionRecord {
+        client_id: client_id.into(),
+        expiry_interval: 60,
+        protocol: 5,
+        disconnected_at_ms: None,
+    })
+}
+
+fn subscribe(client_id: &str, filter: &str) -> StoreOp {
+    StoreOp::PutSubscription {
+        client_id: client_id.into(),
+        subscription: SubscriptionData {
+            filter: filter.into(),
+            options: 1,
+            subscription_id: None,
+        },
+    }
+}
+
+fn writer(dir: &Path) -> Writer {
+    Writer {
+        engine: Engine::open(dir).unwrap(),
+        errors: ErrorLog::default(),
+        unsynced_since: None,
+    }
+}
+
+fn topics(recovered: &Recovered) -> Vec<(&str, &[u8])> {
+    recovered
+        .retained
+        .iter()
+        .map(|(t, _, p)| (t.as_str(), &p[..]))
+        .collect()
+}
+
+/// Ops on one key inside one batch: the last one wins, whatever fjall does with two
+/// writes of one key under one sequence number.
+#[test]
+fn within_one_batch_the_last_op_on_a_key_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path());
+    let counters = Counters::default();
+    w.write(
+        vec![
+            retain("put-then-delete", b"x"),
+            StoreOp::DeleteRetained {
+                topic: "put-then-delete".into(),
+            },
+            StoreOp::DeleteRetained {
+                topic: "delete-then-put".into(),
+            },
+            retain("delete-then-put", b"y"),
+            retain("put-put", b"old"),
+            retain("put-put", b"new"),
+        ],
+        &counters,
+    );
+    assert_eq!(
+        counters.batches.load(Ordering::Relaxed),
+        1,
+        "one drain, one batch"
+    );
+    assert_eq!(counters.ops_committed.load(Ordering::Relaxed), 6);
+    let recovered = w.engine.read_all().ok().unwrap();
+    assert_eq!(
+        topics(&recovered),
+        vec![("delete-then-put", &b"y"[..]), ("put-put", &b"new"[..])]
+    );
+    drop(w);
+    // The same after the journal is replayed.
+    let recovered = writer(dir.path()).engine.read_all().ok().unwrap();
+    assert_eq!(topics(&recovered).len(), 2);
+}
+
+/// `DeleteSession` removes subscriptions committed earlier and those added earlier in
+/// its own batch, never another client's (`a` is a prefix of `ab`).
+#[test]
+fn delete_session_in_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path());
+    let counters = Counters::default();
+    w.write(
+        vec![
+            session("a"),
+            subscribe("a", "old"),
+            session("ab"),
+            subscribe("ab", "x"),
+        ],
+        &counters,
+    );
+    w.write(
+        vec![
+            subscribe("a", "new"),
+            StoreOp::DeleteSession {
+                client_id: "a".into(),
+            },
+            subscribe("ab", "y"),
+        ],
+        &counters,
+    );
+    assert_eq!(counters.batches.load(Ordering::Relaxed), 2);
+    drop(w);
+    let engine = Engine::open(dir.path()).unwrap();
+    assert_eq!(engine.subs.iter().count(), 2, "no stray keys of `a` left");
+    let recovered = engine.read_all().ok().unwrap();
+    assert_eq!(recovered.sessions.len(), 1);
+    let (record, subs) = &recovered.sessions[0];
+    assert_eq!(record.client_id, "ab");
+    let filters: Vec<&str> = subs.iter().map(|s| s.filter.as_str()).collect();
+    assert_eq!(filters, vec!["x", "y"]);
+}
+
+/// Keys fjall cannot hold are refused and counted; the rest of the batch is written and
+/// nothing panics.
+#[test]
+fn unstorable_keys_are_counted_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path());
+    let counters = Counters::default();
+    let long = "x".repeat(70_000);
+    w.write(
+        vec![
+            session(""),
+            StoreOp::DeleteSession {
+                client_id: String::new(),
+            },
+            retain("", b"x"),
+            retain(&long, b"x"),
+            subscribe(&long, "f"),
+            subscribe(&"c".repeat(40_000), &"f".repeat(40_000)),
+            retain("ok", b"x"),
+        ],
+        &counters,
+    );
+    assert_eq!(counters.write_errors.load(Ordering::Relaxed), 6);
+    assert_eq!(counters.ops_committed.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        topics(&w.engine.read_all().ok().unwrap()),
+        vec![("ok", &b"x"[..])]
+    );
+}
+
+/// Not an assertion: how long one batch of 1000 small ops takes to commit and to fsync
+/// here (`cargo test -p hayate-storage -- --nocapture timing`).
+#[test]
+fn timing_of_a_batch_of_1000_ops() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path());
+    let counters = Counters::default();
+    // Warm up: the first commit creates the journal.
+    w.write(vec![retain("warm", b"x")], &counters);
+    w.sync(PersistMode::SyncData, &counters);
+    let ops: Vec<StoreOp> = (0..1000)
+        .map(|i| StoreOp::PutRetained {
+            topic: format!("sensors/{i}/temperature"),
+            expires_at_ms: Some(1_800_000_000_000),
+            publish: Bytes::from(vec![0x31; 40]),
+        })
+        .collect();
+    let start = Instant::now();
+    w.write(ops, &counters);
+    let committed = start.elapsed();
+    let start = Instant::now();
+    w.sync(PersistMode::SyncData, &counters);
+    let synced = start.elapsed();
+    assert_eq!(counters.ops_committed.load(Ordering::Relaxed), 1001);
+    assert_eq!(counters.write_errors.load(Ordering::Relaxed), 0);
+    eprintln!(
+        "timing: 1000 ops (~70 B key+value each): apply+commit {committed:?}, \
+         persist(SyncData) {synced:?}"
+    );
+}
