@@ -8,8 +8,8 @@
 
 use bytes::{Bytes, BytesMut};
 use hayate_codec::{
-    decode, encode, ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp,
-    Publish, QoS, Subscribe, SubscriptionOptions,
+    decode, encode, ByteStr, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
+    Subscribe, SubscriptionOptions,
 };
 use hayate_core::{Broker, BrokerConfig, Channel, ConnectionInfo, OutBuf, StaticPolicy, WakeList};
 use std::sync::Arc;
@@ -34,16 +34,7 @@ impl Conn {
             out: OutBuf::new(),
             wake: WakeList::new(),
         };
-        let connect = Connect {
-            protocol: V,
-            clean_start: true,
-            keep_alive: 60,
-            client_id: client_id.into(),
-            will: None,
-            username: None,
-            password: None,
-            properties: Properties::default(),
-        };
+        let connect = hayate_testkit::connect_packet(V, client_id, true);
         conn.handle(Packet::Connect(Box::new(connect)), now);
         conn.clear();
         conn

@@ -5,7 +5,7 @@
 
 use hayate_codec::QoS;
 use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData, Ticket};
-use hayate_testkit::core::{ConnectSpec, CoreHarness};
+use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -128,6 +128,15 @@ fn fold(ops: &[StoreOp]) -> Recovered {
     }
 }
 
+/// A v5 client with a session that outlives its connection by 60 s.
+fn persistent(h: &CoreHarness, client_id: &str) -> TestChannel {
+    h.client(
+        ConnectSpec::v5(client_id)
+            .clean_start(false)
+            .session_expiry(60),
+    )
+}
+
 fn attached(h: &CoreHarness, unix_ms: u64) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::default());
     assert!(h.broker.attach_store(store.clone(), h.now(), unix_ms));
@@ -138,11 +147,7 @@ fn attached(h: &CoreHarness, unix_ms: u64) -> Arc<MemoryStore> {
 fn persistent_sessions_subscriptions_and_retained_messages_are_written() {
     let h = CoreHarness::new();
     let store = attached(&h, T0_MS);
-    let mut device = h.client(
-        ConnectSpec::v5("device")
-            .clean_start(false)
-            .session_expiry(60),
-    );
+    let mut device = persistent(&h, "device");
     assert_eq!(device.subscribe("cmd/device/#", QoS::AtLeastOnce), vec![1]);
     let mut clean = h.client(ConnectSpec::v5("clean"));
     assert_eq!(clean.subscribe("x/#", QoS::AtMostOnce), vec![0]);
@@ -239,11 +244,7 @@ fn a_restored_broker_resumes_sessions_and_keeps_retained_messages() {
 fn downtime_counts_against_session_expiry() {
     let first = CoreHarness::new();
     let store = attached(&first, T0_MS);
-    let mut device = first.client(
-        ConnectSpec::v5("device")
-            .clean_start(false)
-            .session_expiry(60),
-    );
+    let mut device = persistent(&first, "device");
     assert_eq!(device.subscribe("a/#", QoS::AtMostOnce), vec![0]);
     device.finish();
     let recovered = fold(&store.take());
@@ -286,11 +287,7 @@ fn downtime_counts_against_session_expiry() {
 fn a_clean_start_deletes_the_stored_session() {
     let h = CoreHarness::new();
     let store = attached(&h, T0_MS);
-    let mut device = h.client(
-        ConnectSpec::v5("device")
-            .clean_start(false)
-            .session_expiry(60),
-    );
+    let mut device = persistent(&h, "device");
     assert_eq!(device.subscribe("a/#", QoS::AtMostOnce), vec![0]);
     device.finish();
     h.client(ConnectSpec::v5("device")).finish();
@@ -351,11 +348,7 @@ fn acknowledgements_wait_for_the_store_in_order() {
 fn the_suback_of_a_stored_session_waits_for_the_store() {
     let h = CoreHarness::new();
     let store = attached(&h, T0_MS);
-    let mut device = h.client(
-        ConnectSpec::v5("device")
-            .clean_start(false)
-            .session_expiry(60),
-    );
+    let mut device = persistent(&h, "device");
     store.hold();
     device
         .send(hayate_codec::Packet::Subscribe(hayate_codec::Subscribe {
