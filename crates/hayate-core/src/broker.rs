@@ -32,7 +32,7 @@ pub struct Broker {
     /// When the broker started (for `$SYS/broker/uptime`).
     pub started_at: Instant,
     /// The store, once attached (`crate::persist`).
-    pub(crate) persistence: std::sync::OnceLock<crate::persist::Attached>,
+    pub(crate) persistence: std::sync::OnceLock<Arc<crate::persist::Attached>>,
 }
 
 impl Broker {
@@ -81,7 +81,7 @@ impl Broker {
                 .store(stored as u64, std::sync::atomic::Ordering::Relaxed);
         }
         let mut outcome = self.router.route(&message, self.reader(), now, wake);
-        outcome.stored = ticket;
+        outcome.stored = outcome.stored.max(ticket);
         Stats::add(&self.stats.publish_dropped, outcome.dropped as u64);
         Stats::add(&self.stats.denied_delivery, outcome.denied as u64);
         outcome
@@ -236,7 +236,11 @@ impl Broker {
             if expiry != 0 && state.persisted {
                 self.persist_session(cell, &mut state, Some(now));
             }
-            (expiry, will_now, state.session.take_shared_deliveries())
+            let shared = state.session.take_shared_deliveries();
+            if let Some(attached) = self.attached() {
+                attached.flush(&cell.client_id, &mut state);
+            }
+            (expiry, will_now, shared)
         };
         self.router
             .redistribute_shared(cell.id, shared, self.reader(), now, wake);

@@ -97,6 +97,9 @@ pub struct Channel {
     /// Acknowledgements waiting for the store (`held.rs`). Boxed: most connections never
     /// hold one.
     held: Option<Box<held::HeldAcks>>,
+    /// The store ticket covering what the session's journal wrote while handling the current
+    /// packet (0: nothing): the acknowledgement that answers the packet waits for it.
+    journal_ticket: crate::store::Ticket,
     /// When the input being handled reached the broker (stamped on messages and
     /// subscriptions for arrival order, `crate::arrival`).
     arrival: Arrival,
@@ -116,6 +119,7 @@ impl Channel {
             last_input: now,
             arrival: Arrival::UNKNOWN,
             held: None,
+            journal_ticket: 0,
             input_ended: false,
             gate: None,
             broker,
@@ -181,6 +185,7 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         Stats::add(&self.broker.stats.messages_received, 1);
+        self.journal_ticket = 0;
         match self.phase {
             Phase::AwaitConnect => match packet {
                 Packet::Connect(connect) => self.handle_connect(*connect, now, out, wake),
@@ -239,7 +244,9 @@ impl Channel {
                     reason_code: reason,
                     properties: Properties::default(),
                 };
-                self.write(&Packet::PubComp(comp), out);
+                // Once the client has PUBCOMP it may reuse the id: the release is stored first.
+                let ticket = self.take_journal_ticket();
+                self.send_ack(ticket, Packet::PubComp(comp), out);
                 Ok(())
             }
             Packet::Subscribe(subscribe) => self.handle_subscribe(subscribe, now, out),
@@ -298,13 +305,21 @@ impl Channel {
         }
         self.release_acks(out);
         let broker = self.broker.clone();
+        let durable = broker.attached().map(|attached| attached.store.durable());
         let report = self.with_session(out, |state, out| {
+            // A stored session's PUBRELs and QoS 2 PUBLISHes wait for the store.
+            let waiting = durable.and_then(|durable| state.session.confirm(durable));
             let report = state.session.poll_transmit(now, out);
             // Progress (or drained to the low-water mark) for the publishers paused on us.
             let hint = state.congestion.after_transmit(&state.session, now);
-            (report, hint)
+            (report, hint, waiting)
         })?;
-        let (report, hint) = report;
+        let (report, hint, waiting) = report;
+        if let (Some(ticket), Some(attached)) = (waiting, broker.attached()) {
+            attached
+                .store
+                .notify_when_durable(ticket, self.doorbell.clone());
+        }
         if let Some(cell) = &self.cell {
             broker.router.apply_hint(cell, hint);
         }
@@ -408,7 +423,18 @@ impl Channel {
                 out,
             ));
         }
-        Ok(f(&mut state, out))
+        let result = f(&mut state, out);
+        if let Some(attached) = self.broker.attached() {
+            if let Some(ticket) = attached.flush(&cell.client_id, &mut state) {
+                self.journal_ticket = self.journal_ticket.max(ticket);
+            }
+        }
+        Ok(result)
+    }
+
+    /// The ticket of what the session's journal wrote for the current packet, if anything.
+    fn take_journal_ticket(&mut self) -> Option<crate::store::Ticket> {
+        Some(std::mem::take(&mut self.journal_ticket)).filter(|ticket| *ticket != 0)
     }
 
     fn write(&self, packet: &Packet, out: &mut OutBuf) {

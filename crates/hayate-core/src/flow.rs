@@ -271,6 +271,8 @@ mod tests {
                 retain: false,
                 subscription_ids: Vec::new(),
                 shared_group: None,
+                seq: 0,
+                maybe_sent: false,
             });
         }
     }

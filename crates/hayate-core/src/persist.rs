@@ -10,7 +10,12 @@
 //! - it is deleted (`DeleteSession`, subscriptions included) when it ends while it is still the
 //!   registry's session for its client id, or when a clean start replaces it;
 //! - retained messages are written when stored or removed, except broker-made ones (`$SYS`),
-//!   which are made again after a restart. Expired retained messages are dropped at restore.
+//!   which are made again after a restart. Expired retained messages are dropped at restore;
+//! - a persisted session keeps a journal (`hayate_session`'s `JournalEvent`s) of its queued
+//!   QoS 1/2 messages, their acknowledgements and its inbound QoS 2 ids, written by
+//!   [`Attached::flush`] under the session's lock after every change. A message body is
+//!   written once (`PutMessage`, under the id in `Message::store_id`) before the first entry
+//!   that refers to it.
 //!
 //! The store keeps its order, so ops are appended while the lock that orders the change in
 //! memory is held (the session's lock, the retained tree's lock).
@@ -18,10 +23,15 @@
 use crate::broker::Broker;
 use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
 use crate::router::SubEntry;
-use crate::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData};
-use bytes::BytesMut;
+use crate::store::{
+    MessageBody, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
+    SubscriptionData, Ticket,
+};
+use bytes::{Bytes, BytesMut};
 use hayate_codec::{Packet, ProtocolVersion, Publish, QoS, SubscriptionOptions};
-use hayate_session::Message;
+use hayate_session::{Delivery, JournalEvent, Message};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +42,8 @@ pub struct Attached {
     pub(crate) store: Arc<dyn Store>,
     base: Instant,
     base_unix_ms: u64,
+    /// The next id for a stored message body.
+    next_message_id: AtomicU64,
 }
 
 impl Attached {
@@ -40,6 +52,76 @@ impl Attached {
         let offset = at.saturating_duration_since(self.base).as_millis() as u64;
         let before = self.base.saturating_duration_since(at).as_millis() as u64;
         (self.base_unix_ms + offset).saturating_sub(before)
+    }
+
+    /// Writes what `state`'s journal recorded since the last flush (call with the session's
+    /// lock held, so the store gets each session's changes in order). Returns the ticket that
+    /// covers them, `None` when there was nothing to write.
+    pub(crate) fn flush(&self, client_id: &str, state: &mut SessionState) -> Option<Ticket> {
+        if !state.session.journal_pending() {
+            return None;
+        }
+        let events = state.session.take_journal();
+        let ticket = if events.is_empty() {
+            self.store.appended()
+        } else {
+            let ops = events
+                .into_iter()
+                .map(|event| self.op_for(client_id, event))
+                .collect();
+            self.store.append_all(ops)
+        };
+        state.session.journal_flushed(ticket);
+        Some(ticket)
+    }
+
+    fn op_for(&self, client_id: &str, event: JournalEvent) -> StoreOp {
+        let client_id = client_id.to_string();
+        match event {
+            JournalEvent::Queued(delivery) => {
+                let (entry, body) = self.queue_entry(&delivery);
+                StoreOp::Enqueue {
+                    client_id,
+                    entry,
+                    body,
+                }
+            }
+            JournalEvent::Released { seq } => StoreOp::Release { client_id, seq },
+            JournalEvent::Removed { seq, released } => StoreOp::Dequeue {
+                client_id,
+                seq,
+                released,
+            },
+            JournalEvent::InboundQos2 {
+                packet_id,
+                awaiting,
+            } => StoreOp::InboundQos2 {
+                client_id,
+                packet_id,
+                awaiting,
+            },
+        }
+    }
+
+    /// The stored form of `delivery` and its message (the id is the message's for good).
+    fn queue_entry(&self, delivery: &Delivery) -> (QueueEntry, MessageBody) {
+        let message = &delivery.message;
+        let message_id = *message
+            .store_id
+            .get_or_init(|| self.next_message_id.fetch_add(1, Ordering::Relaxed));
+        let entry = QueueEntry {
+            seq: delivery.seq,
+            message_id,
+            qos: delivery.qos as u8,
+            retain: delivery.retain,
+            subscription_ids: delivery.subscription_ids.clone(),
+            shared_group: delivery.shared_group.as_deref().map(str::to_string),
+        };
+        let body = MessageBody {
+            expires_at_ms: message.expires_at.map(|at| self.unix_ms(at)),
+            message: message.clone(),
+        };
+        (entry, body)
     }
 
     /// The broker-clock instant of `unix_ms`.
@@ -67,6 +149,11 @@ pub struct Restored {
     pub sessions_expired: usize,
     /// Subscriptions put back.
     pub subscriptions: usize,
+    /// Queued QoS 1/2 messages put back (waiting, in flight, or awaiting PUBCOMP).
+    pub queued: usize,
+    /// Queued messages dropped: their body was unreadable or missing, or the session's
+    /// limits left no room.
+    pub queued_dropped: usize,
 }
 
 impl Broker {
@@ -74,17 +161,21 @@ impl Broker {
     /// appended to it. `now` and `now_unix_ms` are the same moment on the broker's clock and
     /// on the wall clock. Returns false (and attaches nothing) when a store is already attached.
     pub fn attach_store(&self, store: Arc<dyn Store>, now: Instant, now_unix_ms: u64) -> bool {
-        self.persistence
-            .set(Attached {
-                store,
-                base: now,
-                base_unix_ms: now_unix_ms,
-            })
-            .is_ok()
+        let attached = Arc::new(Attached {
+            store,
+            base: now,
+            base_unix_ms: now_unix_ms,
+            next_message_id: AtomicU64::new(1),
+        });
+        if self.persistence.set(attached.clone()).is_err() {
+            return false;
+        }
+        let _ = self.router.persistence.set(attached);
+        true
     }
 
     pub(crate) fn attached(&self) -> Option<&Attached> {
-        self.persistence.get()
+        self.persistence.get().map(|attached| &**attached)
     }
 
     /// Rebuilds retained messages and disconnected persistent sessions from `recovered` (call
@@ -97,13 +188,22 @@ impl Broker {
             return report;
         };
         let now_ms = attached.unix_ms(now);
+        attached
+            .next_message_id
+            .store(recovered.next_message_id.max(1), Ordering::Relaxed);
+        let messages = decode_messages(attached, recovered.messages);
+        let mut queues: HashMap<String, StoredQueue> = recovered
+            .queues
+            .into_iter()
+            .map(|queue| (queue.client_id.clone(), queue))
+            .collect();
         for (topic, expires_at_ms, publish) in recovered.retained {
             if expires_at_ms.is_some_and(|at| at <= now_ms) {
                 report.retained_dropped += 1;
                 attached.store.append(StoreOp::DeleteRetained { topic });
                 continue;
             }
-            match decode_retained(&publish, expires_at_ms.map(|at| attached.instant(at))) {
+            match decode_publish(&publish, expires_at_ms.map(|at| attached.instant(at))) {
                 Some(message) => {
                     let _ = self.router.retain(&Arc::new(message), None);
                     report.retained += 1;
@@ -133,21 +233,26 @@ impl Broker {
                     }
                 },
             };
-            report.subscriptions += self.restore_session(&record, subscriptions, left, now);
+            let cell = self.restore_session(&record, subscriptions, left, now, &mut report);
+            if let Some(queue) = queues.remove(&record.client_id) {
+                let mut state = cell.state.lock();
+                restore_queue(&mut state, queue, &messages, &mut report);
+                attached.flush(&cell.client_id, &mut state);
+            }
             report.sessions += 1;
         }
         report
     }
 
-    /// Puts one disconnected session back with its subscriptions; returns how many
-    /// subscriptions were installed.
+    /// Puts one disconnected session back with its subscriptions.
     fn restore_session(
         &self,
         record: &SessionRecord,
         subscriptions: Vec<SubscriptionData>,
         left: Option<Duration>,
         now: Instant,
-    ) -> usize {
+        report: &mut Restored,
+    ) -> Arc<SessionCell> {
         let client_id: Arc<str> = Arc::from(record.client_id.as_str());
         let limits = self.session_limits();
         let cell = self
@@ -180,7 +285,9 @@ impl Broker {
         if let Some(left) = left {
             self.schedule_expiry(&cell, state.epoch, now + left);
         }
-        installed
+        report.subscriptions += installed;
+        drop(state);
+        cell
     }
 
     /// Appends a `PutSession` for `cell` (called with its state locked). `disconnected_at`:
@@ -195,6 +302,7 @@ impl Broker {
             return;
         };
         state.persisted = true;
+        state.session.enable_journal(1);
         attached.store.append(StoreOp::PutSession(SessionRecord {
             client_id: cell.client_id.to_string(),
             expiry_interval: state.expiry_interval,
@@ -213,6 +321,90 @@ impl Broker {
     }
 }
 
+/// Puts a session's stored queue back; entries that cannot be put back are dropped from the
+/// store through the session's journal.
+fn restore_queue(
+    state: &mut SessionState,
+    queue: StoredQueue,
+    messages: &HashMap<u64, Arc<Message>>,
+    report: &mut Restored,
+) {
+    let last_seq = queue
+        .entries
+        .iter()
+        .map(|entry| entry.seq)
+        .chain(queue.released.iter().copied())
+        .max()
+        .unwrap_or(0);
+    let session = &mut state.session;
+    session.enable_journal(last_seq + 1);
+    for seq in queue.released {
+        session.restore_released(seq);
+        report.queued += 1;
+    }
+    for entry in queue.entries {
+        let delivery = messages.get(&entry.message_id).and_then(|message| {
+            let qos = match entry.qos {
+                1 => QoS::AtLeastOnce,
+                2 => QoS::ExactlyOnce,
+                _ => return None,
+            };
+            Some(Delivery {
+                message: message.clone(),
+                qos,
+                retain: entry.retain,
+                subscription_ids: entry.subscription_ids,
+                shared_group: entry.shared_group.map(Arc::from),
+                seq: entry.seq,
+                maybe_sent: true,
+            })
+        });
+        let seq = entry.seq;
+        if delivery.is_some_and(|delivery| session.restore_queued(delivery)) {
+            report.queued += 1;
+        } else {
+            report.queued_dropped += 1;
+            session.forget_restored(seq);
+        }
+    }
+    for packet_id in queue.inbound_qos2 {
+        session.restore_inbound_qos2(packet_id);
+    }
+}
+
+/// The stored message bodies, decoded once each (their queue entries share them).
+fn decode_messages(attached: &Attached, stored: Vec<StoredMessage>) -> HashMap<u64, Arc<Message>> {
+    let mut messages = HashMap::with_capacity(stored.len());
+    for message in stored {
+        let expires_at = message.expires_at_ms.map(|at| attached.instant(at));
+        match decode_publish(&message.publish, expires_at) {
+            Some(decoded) => {
+                let _ = decoded.store_id.set(message.id);
+                messages.insert(message.id, Arc::new(decoded));
+            }
+            None => tracing::warn!(id = message.id, "stored_message_unreadable"),
+        }
+    }
+    messages
+}
+
+/// A message as an MQTT 5 PUBLISH (the stored form of message bodies and retained
+/// messages); `None` if it cannot be encoded.
+pub(crate) fn encode_message(message: &Message) -> Option<Bytes> {
+    let publish = Publish {
+        dup: false,
+        qos: message.qos,
+        retain: message.retain,
+        topic: message.topic.clone(),
+        packet_id: (message.qos != QoS::AtMostOnce).then_some(hayate_codec::PacketId::MIN),
+        properties: message.properties.clone(),
+        payload: message.payload.clone(),
+    };
+    let mut buf = BytesMut::new();
+    hayate_codec::encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut buf).ok()?;
+    Some(buf.freeze())
+}
+
 /// The store op for a retained message being stored (or removed, empty payload), or `None`
 /// for broker-made messages.
 pub(crate) fn retained_op(attached: &Attached, message: &Message) -> Option<StoreOp> {
@@ -221,33 +413,22 @@ pub(crate) fn retained_op(attached: &Attached, message: &Message) -> Option<Stor
     if message.payload.is_empty() {
         return Some(StoreOp::DeleteRetained { topic });
     }
-    let publish = Publish {
-        dup: false,
-        qos: message.qos,
-        retain: true,
-        topic: message.topic.clone(),
-        packet_id: (message.qos != QoS::AtMostOnce).then_some(hayate_codec::PacketId::MIN),
-        properties: message.properties.clone(),
-        payload: message.payload.clone(),
-    };
-    let mut buf = BytesMut::new();
-    hayate_codec::encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut buf).ok()?;
     Some(StoreOp::PutRetained {
         topic,
         expires_at_ms: message.expires_at.map(|at| attached.unix_ms(at)),
-        publish: buf.freeze(),
+        publish: encode_message(message)?,
     })
 }
 
-/// A retained message from its stored PUBLISH.
-fn decode_retained(publish: &[u8], expires_at: Option<Instant>) -> Option<Message> {
+/// A message from its stored PUBLISH.
+fn decode_publish(publish: &[u8], expires_at: Option<Instant>) -> Option<Message> {
     let mut buf = BytesMut::from(publish);
     match hayate_codec::decode(&mut buf, ProtocolVersion::V5, u32::MAX) {
         Ok(Some(Packet::Publish(p))) => Some(Message::new(
             p.topic,
             p.payload,
             p.qos,
-            true,
+            p.retain,
             p.properties,
             expires_at,
             // Not broker-made: a message a client published (No Local never matches it now).

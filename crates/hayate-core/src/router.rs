@@ -80,6 +80,8 @@ pub struct Router {
     /// Recently routed messages, for subscriptions that arrived first but were put in place
     /// after them (`crate::arrival`).
     recent: RecentPublishes,
+    /// The broker's store, once attached: deliveries to stored sessions are written to it.
+    pub(crate) persistence: std::sync::OnceLock<Arc<Attached>>,
     shared: RwLock<SubscriptionIndex<Arc<str>, Arc<SharedGroup>>>,
     retained: RwLock<RetainedTree<Arc<Message>>>,
     strategy: SharedStrategy,
@@ -110,6 +112,7 @@ impl Router {
             retained: RwLock::default(),
             strategy: config.shared_subscription_strategy,
             congested_sessions: AtomicUsize::new(0),
+            persistence: std::sync::OnceLock::new(),
         }
     }
 
@@ -283,6 +286,8 @@ impl Router {
                 retain: target.retain_as_published && message.retain,
                 subscription_ids: target.subscription_ids,
                 shared_group: None,
+                seq: 0,
+                maybe_sent: false,
             };
             self.enqueue(&target.cell, delivery, reader, now, wake, &mut outcome);
         }
@@ -349,6 +354,8 @@ impl Router {
             retain: false,
             subscription_ids: chosen.record.subscription_id.into_iter().collect(),
             shared_group: Some(group.key.clone()),
+            seq: 0,
+            maybe_sent: false,
         };
         // Already checked: the group member was chosen among those that may read.
         self.enqueue(&chosen.cell, delivery, None, now, wake, outcome);
@@ -511,6 +518,10 @@ impl Router {
             EnqueueOutcome::Queued { wake: needs_wake } => {
                 outcome.delivered += 1;
                 let state = &mut *state;
+                if let Some(attached) = self.persistence.get() {
+                    let ticket = attached.flush(&cell.client_id, state);
+                    outcome.stored = outcome.stored.max(ticket);
+                }
                 let hint = state.congestion.after_enqueue(&state.session, now);
                 self.apply_hint(cell, hint);
                 if outcome.congested.is_none() && state.congestion.is_congested() {

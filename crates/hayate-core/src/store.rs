@@ -3,12 +3,14 @@
 //! an engine (`hayate-storage`) writes them, in the order they were appended, on threads of its
 //! own. Without a store (no data directory) the broker is the same code with nothing appended.
 //!
-//! What is stored so far: retained messages, and persistent sessions (expiry, protocol version,
-//! when they were disconnected) with their subscriptions. Queued and in-flight messages are not
-//! stored yet. The PUBACK/PUBREC of a retained PUBLISH is held until its op is durable
+//! What is stored: retained messages; persistent sessions (expiry, protocol version, when they
+//! were disconnected) with their subscriptions, their queued and in-flight QoS 1/2 messages
+//! (each message body once, however many sessions queue it) and their inbound QoS 2 packet
+//! ids. An acknowledgement is held until what it acknowledges is durable
 //! ([`Store::durable`]); other acknowledgements queue behind a held one, in order.
 
 use bytes::Bytes;
+use hayate_session::Message;
 use std::fmt::Debug;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -55,6 +57,120 @@ pub enum StoreOp {
         /// Topic filter, as subscribed (with `$share/...`).
         filter: String,
     },
+    /// A QoS 1/2 message was queued for a persistent session.
+    Enqueue {
+        /// Client identifier.
+        client_id: String,
+        /// The entry.
+        entry: QueueEntry,
+        /// Its message, which the store writes (once, under `entry.message_id`) unless an
+        /// entry written before still refers to it.
+        body: MessageBody,
+    },
+    /// PUBREC arrived for queue entry `seq`: the entry now only stands for the PUBREL/PUBCOMP
+    /// that remain (the message body is no longer needed).
+    Release {
+        /// Client identifier.
+        client_id: String,
+        /// The entry.
+        seq: u64,
+    },
+    /// Queue entry `seq` is gone (acknowledged, expired, dropped or handed to another member
+    /// of its shared group).
+    Dequeue {
+        /// Client identifier.
+        client_id: String,
+        /// The entry.
+        seq: u64,
+        /// It had been released.
+        released: bool,
+    },
+    /// An inbound QoS 2 packet id awaits PUBREL (`true`) or no longer does.
+    InboundQos2 {
+        /// Client identifier.
+        client_id: String,
+        /// The packet id.
+        packet_id: u16,
+        /// Awaiting PUBREL.
+        awaiting: bool,
+    },
+}
+
+/// A stored message body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Its id, unique in the store.
+    pub id: u64,
+    /// When it expires, in milliseconds since the Unix epoch (`None`: never).
+    pub expires_at_ms: Option<u64>,
+    /// The message as an MQTT 5 PUBLISH packet encoded by `hayate-codec`.
+    pub publish: Bytes,
+}
+
+/// The message of a queued entry, as the core holds it: the store encodes it
+/// ([`MessageBody::encode`]) only when it has to write it. Equal when the ids are.
+#[derive(Clone)]
+pub struct MessageBody {
+    /// When it expires, in milliseconds since the Unix epoch (`None`: never).
+    pub expires_at_ms: Option<u64>,
+    /// The message.
+    pub message: Arc<Message>,
+}
+
+impl MessageBody {
+    /// The message as an MQTT 5 PUBLISH packet (the stored form); `None` if it cannot be
+    /// encoded (a message a client sent always can).
+    pub fn encode(&self) -> Option<Bytes> {
+        crate::persist::encode_message(&self.message)
+    }
+}
+
+impl Debug for MessageBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageBody")
+            .field("topic", &self.message.topic)
+            .field("payload_len", &self.message.payload.len())
+            .field("expires_at_ms", &self.expires_at_ms)
+            .finish()
+    }
+}
+
+impl PartialEq for MessageBody {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.message, &other.message) && self.expires_at_ms == other.expires_at_ms
+    }
+}
+
+impl Eq for MessageBody {}
+
+/// One queued message of a persistent session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// Its position in the session's queue (from 1; its packet id is derived from it).
+    pub seq: u64,
+    /// The [`StoredMessage`] it delivers.
+    pub message_id: u64,
+    /// QoS to deliver at (1 or 2).
+    pub qos: u8,
+    /// Retain flag to send.
+    pub retain: bool,
+    /// Subscription identifiers to send.
+    pub subscription_ids: Vec<u32>,
+    /// The shared subscription it came through (`$share/group/filter`), if any.
+    pub shared_group: Option<String>,
+}
+
+/// What a persistent session had queued and in flight.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredQueue {
+    /// Client identifier.
+    pub client_id: String,
+    /// Entries not yet released, by seq.
+    pub entries: Vec<QueueEntry>,
+    /// Seqs of released entries (PUBREL to send again), in order.
+    pub released: Vec<u64>,
+    /// Inbound QoS 2 packet ids awaiting PUBREL.
+    pub inbound_qos2: Vec<u16>,
 }
 
 /// A persistent session as stored.
@@ -92,6 +208,13 @@ pub struct Recovered {
     /// Persistent sessions with their subscriptions. Subscriptions stored without their
     /// session are not given back (the store logs them).
     pub sessions: Vec<(SessionRecord, Vec<SubscriptionData>)>,
+    /// Queues of persistent sessions (those with anything queued, in flight or awaiting
+    /// PUBREL).
+    pub queues: Vec<StoredQueue>,
+    /// Message bodies the queues refer to.
+    pub messages: Vec<StoredMessage>,
+    /// The first message id not used in the store.
+    pub next_message_id: u64,
 }
 
 /// Durable storage as the core uses it. See the module docs.
@@ -99,6 +222,14 @@ pub trait Store: Send + Sync + Debug {
     /// Queues `op` to be written after every op appended before it. Never blocks on I/O and
     /// never fails: write errors are the store's to report.
     fn append(&self, op: StoreOp);
+
+    /// Appends `ops` in order and returns a ticket that covers all of them.
+    fn append_all(&self, ops: Vec<StoreOp>) -> Ticket {
+        for op in ops {
+            self.append(op);
+        }
+        self.appended()
+    }
 
     /// The ticket of the last op appended so far (0: none). Read right after an `append`, it
     /// covers that op (and perhaps a few appended meanwhile by other threads). The default is a

@@ -1,132 +1,17 @@
 //! Persistence as the core sees it (`crate::persist`, `docs/design/persistence.md`): which
 //! changes reach the store, and what a broker restored from them looks like. The store here
-//! keeps the ops in memory and folds them into a `Recovered` the way an engine would (the real
-//! engine, fjall, is tested in `hayate-storage` and end to end in `hayate`'s kill -9 test).
+//! (`hayate_testkit::store`) keeps the ops in memory and folds them into a `Recovered` the way
+//! an engine would.
 
 use hayate_codec::QoS;
-use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData, Ticket};
+use hayate_core::store::StoreOp;
 use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
-use parking_lot::Mutex;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use hayate_testkit::store::{fold, MemoryStore};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// Wall-clock milliseconds the first broker of each test starts at.
 const T0_MS: u64 = 1_800_000_000_000;
-
-/// Everything appended is durable at once, unless the test holds it back (`hold`, then
-/// `complete`).
-#[derive(Debug, Default)]
-struct MemoryStore {
-    ops: Mutex<Vec<StoreOp>>,
-    appended: AtomicU64,
-    held: AtomicBool,
-    durable: AtomicU64,
-    waiting: Mutex<Vec<(Ticket, Arc<Notify>)>>,
-}
-
-impl Store for MemoryStore {
-    fn append(&self, op: StoreOp) {
-        self.ops.lock().push(op);
-        let ticket = self.appended.fetch_add(1, Ordering::SeqCst) + 1;
-        if !self.held.load(Ordering::SeqCst) {
-            self.durable.store(ticket, Ordering::SeqCst);
-        }
-    }
-
-    fn appended(&self) -> Ticket {
-        self.appended.load(Ordering::SeqCst)
-    }
-
-    fn durable(&self) -> Ticket {
-        self.durable.load(Ordering::SeqCst)
-    }
-
-    fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
-        if self.durable() >= ticket {
-            doorbell.notify_one();
-        } else {
-            self.waiting.lock().push((ticket, doorbell));
-        }
-    }
-}
-
-impl MemoryStore {
-    /// From now on, appended ops are durable only once `complete` says so.
-    fn hold(&self) {
-        self.held.store(true, Ordering::SeqCst);
-    }
-
-    /// Everything appended so far is durable: rings those waiting.
-    fn complete(&self) {
-        let now = self.appended();
-        self.durable.store(now, Ordering::SeqCst);
-        self.waiting.lock().retain(|(ticket, doorbell)| {
-            let due = *ticket <= now;
-            if due {
-                doorbell.notify_one();
-            }
-            !due
-        });
-    }
-
-    fn take(&self) -> Vec<StoreOp> {
-        std::mem::take(&mut self.ops.lock())
-    }
-}
-
-/// The state `ops` leave behind, as a store would give it back.
-fn fold(ops: &[StoreOp]) -> Recovered {
-    let mut retained = BTreeMap::new();
-    let mut sessions: BTreeMap<String, SessionRecord> = BTreeMap::new();
-    let mut subs: BTreeMap<(String, String), SubscriptionData> = BTreeMap::new();
-    for op in ops {
-        match op.clone() {
-            StoreOp::PutRetained {
-                topic,
-                expires_at_ms,
-                publish,
-            } => {
-                retained.insert(topic.clone(), (topic, expires_at_ms, publish));
-            }
-            StoreOp::DeleteRetained { topic } => {
-                retained.remove(&topic);
-            }
-            StoreOp::PutSession(record) => {
-                sessions.insert(record.client_id.clone(), record);
-            }
-            StoreOp::DeleteSession { client_id } => {
-                sessions.remove(&client_id);
-                subs.retain(|(id, _), _| *id != client_id);
-            }
-            StoreOp::PutSubscription {
-                client_id,
-                subscription,
-            } => {
-                subs.insert((client_id, subscription.filter.clone()), subscription);
-            }
-            StoreOp::DeleteSubscription { client_id, filter } => {
-                subs.remove(&(client_id, filter));
-            }
-        }
-    }
-    Recovered {
-        retained: retained.into_values().collect(),
-        sessions: sessions
-            .into_values()
-            .map(|record| {
-                let own = subs
-                    .iter()
-                    .filter(|((id, _), _)| *id == record.client_id)
-                    .map(|(_, sub)| sub.clone())
-                    .collect();
-                (record, own)
-            })
-            .collect(),
-    }
-}
 
 /// A v5 client with a session that outlives its connection by 60 s.
 fn persistent(h: &CoreHarness, client_id: &str) -> TestChannel {
@@ -171,6 +56,7 @@ fn persistent_sessions_subscriptions_and_retained_messages_are_written() {
             StoreOp::DeleteRetained { .. } => "retained deleted",
             StoreOp::DeleteSession { .. } => "session deleted",
             StoreOp::DeleteSubscription { .. } => "subscription deleted",
+            _ => "queue",
         })
         .collect();
     // The clean session (expiry 0) writes nothing of its own.

@@ -39,7 +39,8 @@ pub struct StoreConfig {
     pub dir: Option<PathBuf>,
     /// How durable an acknowledged change is (`--durability`).
     pub durability: Durability,
-    /// `batched`: milliseconds between fsyncs (the window a power loss can take).
+    /// `batched`: longest time between a commit and its fsync (the window a power loss can
+    /// take).
     pub sync_interval_ms: u64,
 }
 
@@ -70,7 +71,8 @@ pub enum Durability {
     /// Written to the store as changes happen (survives kill -9 once committed, within
     /// milliseconds), fsynced every `sync_interval_ms`.
     Batched,
-    /// Acknowledge QoS 1/2 only after an fsync: not implemented yet, refused at start.
+    /// An acknowledgement waits until what it acknowledges is fsynced (group commit: one
+    /// fsync covers every change made while the previous one ran).
     Sync,
     /// No persistence, even with a directory set.
     Off,
@@ -198,13 +200,6 @@ impl Config {
             listener.validate().map_err(ConfigError::Listener)?;
         }
         self.broker.validate()?;
-        if self.storage.durability == Durability::Sync && self.storage.dir.is_some() {
-            return Err(ConfigError::Storage(
-                "storage.durability = \"sync\" (acknowledge after fsync) is not implemented yet; \
-                 use \"batched\" or \"off\" (docs/DURABILITY.md)"
-                    .into(),
-            ));
-        }
         if self.storage.sync_interval_ms == 0 {
             return Err(ConfigError::Storage(
                 "storage.sync_interval_ms must be at least 1".into(),

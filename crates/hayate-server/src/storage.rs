@@ -2,16 +2,16 @@
 //! `hayate-storage`; this attaches it to the broker and restores what it held
 //! (`docs/DURABILITY.md`).
 
-use crate::config::StoreConfig;
+use crate::config::{Durability, StoreConfig};
 use hayate_core::Broker;
-use hayate_storage::{FjallStore, StorageConfig};
+use hayate_storage::{FjallStore, StorageConfig, SyncMode};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Opens the store in `dir`, attaches it to `broker` and restores retained messages and
-/// persistent sessions. Fails (and the server does not start) when the directory cannot be
+/// persistent sessions with their queues. Fails (and the server does not start) when the directory cannot be
 /// used or another process holds it.
 pub(crate) fn open(
     dir: &Path,
@@ -21,6 +21,10 @@ pub(crate) fn open(
     let (store, recovered) = FjallStore::open(StorageConfig {
         dir: dir.to_path_buf(),
         sync_interval: Duration::from_millis(config.sync_interval_ms),
+        mode: match config.durability {
+            Durability::Sync => SyncMode::Sync,
+            Durability::Batched | Durability::Off => SyncMode::Batched,
+        },
     })
     .map_err(io::Error::other)?;
     let now = tokio::time::Instant::now().into_std();
@@ -36,6 +40,8 @@ pub(crate) fn open(
         sessions = restored.sessions,
         sessions_expired = restored.sessions_expired,
         subscriptions = restored.subscriptions,
+        queued = restored.queued,
+        queued_dropped = restored.queued_dropped,
         "store_opened"
     );
     Ok(store)

@@ -40,6 +40,9 @@ pub struct Message {
     /// Encoded PUBLISH headers, one per distinct wire form, made on first use and then shared by
     /// every subscriber that receives that form. Lazily allocated: most messages use one form.
     encoded: Mutex<Vec<(u8, EncodedHeader)>>,
+    /// The id its body is stored under, once a stored session queued it (the body is written
+    /// once however many sessions queue it).
+    pub store_id: std::sync::OnceLock<u64>,
 }
 
 /// When the bytes of a packet reached the broker: nanoseconds since the Unix epoch, from the
@@ -107,6 +110,7 @@ impl Message {
             publisher_key: 0,
             arrival: Arrival::UNKNOWN,
             encoded: Mutex::new(Vec::new()),
+            store_id: std::sync::OnceLock::new(),
         }
     }
 
@@ -244,9 +248,28 @@ pub struct Delivery {
     /// For deliveries through a shared subscription: the group's key, so the message can be
     /// handed to another member if this one goes away before acknowledging it.
     pub shared_group: Option<Arc<str>>,
+    /// Its position in a stored session's queue (0: not stored); see
+    /// [`crate::JournalEvent`]. Set by [`crate::Session::enqueue`].
+    pub seq: u64,
+    /// It may have been sent before the broker restarted: its first PUBLISH carries DUP.
+    pub maybe_sent: bool,
 }
 
 impl Delivery {
+    /// A delivery of `message` at `qos` with `retain`, outside any subscription identifier,
+    /// group or store.
+    pub fn new(message: Arc<Message>, qos: QoS, retain: bool) -> Delivery {
+        Delivery {
+            message,
+            qos,
+            retain,
+            subscription_ids: Vec::new(),
+            shared_group: None,
+            seq: 0,
+            maybe_sent: false,
+        }
+    }
+
     /// Bytes this delivery holds on to, for queue accounting.
     pub fn weight(&self) -> usize {
         self.message.payload.len() + self.message.topic.len()

@@ -138,6 +138,8 @@ struct Outflight {
     state: OutflightState,
     /// Send order, so resends after reconnect keep the original order [MQTT-4.6.0-1].
     seq: u64,
+    /// The entry's seq in a stored session's queue (0: not stored).
+    stored: u64,
 }
 
 /// Session state that only some clients use: inbound QoS 2 ids, topic aliases, resends after
@@ -152,6 +154,8 @@ struct RareState {
     resend: VecDeque<u16>,
     /// PUBREL packets to send (from PUBREC handling).
     pubrel_out: VecDeque<PubResp>,
+    /// A stored session's journal (`journal.rs`).
+    journal: Option<journal::Journal>,
 }
 
 /// What a `poll_transmit` call did.
@@ -227,6 +231,7 @@ impl Session {
             rare.pubrel_out.clear();
             rare.resend.clear();
         }
+        self.journal_attach();
         if !self.inflight.is_empty() {
             let mut ids: Vec<(u64, u16)> =
                 self.inflight.iter().map(|(id, f)| (f.seq, *id)).collect();
@@ -327,8 +332,10 @@ impl Session {
                 // QoS 0 needs no in-flight slot: it goes out even with the window full.
                 || self.pending.front().is_some_and(|front| {
                     front.qos == QoS::AtMostOnce
-                        || self.inflight.len() < usize::from(self.window())
+                        || (self.inflight.len() < usize::from(self.window())
+                            && !self.journal_blocks(front))
                 }))
+            && !self.journal_barrier()
     }
 
     fn window(&self) -> u16 {
@@ -340,7 +347,7 @@ impl Session {
     }
 
     /// Offers a delivery. Enforces the queue limits; see [`EnqueueOutcome`].
-    pub fn enqueue(&mut self, delivery: Delivery) -> EnqueueOutcome {
+    pub fn enqueue(&mut self, mut delivery: Delivery) -> EnqueueOutcome {
         if self.connection.is_none()
             && delivery.qos == QoS::AtMostOnce
             && !self.limits.queue_qos0_offline
@@ -360,6 +367,7 @@ impl Session {
             }
         }
         self.charged += charge;
+        self.journal_enqueue(&mut delivery);
         let was_idle = self.pending.is_empty();
         self.held_bytes += weight;
         self.pending.push_back(delivery);
@@ -402,6 +410,13 @@ impl Session {
         }
         for delivery in &taken {
             self.free(delivery.weight());
+            if delivery.seq != 0 {
+                let seq = delivery.seq;
+                self.record(|| JournalEvent::Removed {
+                    seq,
+                    released: false,
+                });
+            }
         }
         taken
     }
@@ -474,6 +489,10 @@ impl Session {
                 return Err(SessionError::ReceiveMaximumExceeded);
             }
             inbound_qos2.insert(id.get());
+            self.record(|| JournalEvent::InboundQos2 {
+                packet_id: id.get(),
+                awaiting: true,
+            });
         }
         Ok(InboundPublish::Route)
     }
@@ -481,17 +500,23 @@ impl Session {
     /// Forgets an inbound QoS 2 message whose PUBREC was refused (v5 error reason), so the id
     /// can be reused.
     pub fn forget_inbound_qos2(&mut self, id: PacketId) {
-        if let Some(rare) = &mut self.rare {
-            rare.inbound_qos2.remove(&id.get());
-        }
+        self.handle_pubrel(id);
     }
 
     /// PUBREL from the client: returns whether the packet id was awaiting release. The caller
     /// answers PUBCOMP either way (v5 with 0x92 when unknown) [MQTT-4.3.3-11].
     pub fn handle_pubrel(&mut self, id: PacketId) -> bool {
-        self.rare
+        let known = self
+            .rare
             .as_mut()
-            .is_some_and(|rare| rare.inbound_qos2.remove(&id.get()))
+            .is_some_and(|rare| rare.inbound_qos2.remove(&id.get()));
+        if known {
+            self.record(|| JournalEvent::InboundQos2 {
+                packet_id: id.get(),
+                awaiting: false,
+            });
+        }
+        known
     }
 
     fn rare(&mut self) -> &mut RareState {
@@ -519,22 +544,26 @@ impl Session {
                     self.release(id.get());
                 } else {
                     f.state = OutflightState::AwaitPubComp;
+                    let seq = f.stored;
                     if let Some(d) = f.delivery.take() {
                         self.free(d.weight());
                     }
-                    self.rare().pubrel_out.push_back(PubResp::new(id));
+                    if seq != 0 {
+                        self.record(|| JournalEvent::Released { seq });
+                    }
+                    self.queue_pubrel(PubResp::new(id));
                 }
                 true
             }
             Some(f) if f.state == OutflightState::AwaitPubComp => {
                 // A repeated PUBREC: answer with PUBREL again.
-                self.rare().pubrel_out.push_back(PubResp::new(id));
+                self.queue_pubrel(PubResp::new(id));
                 true
             }
             _ => false,
         };
         if !known && !reason.is_error() {
-            self.rare().pubrel_out.push_back(PubResp {
+            self.queue_pubrel(PubResp {
                 packet_id: id,
                 reason_code: ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
                 properties: Properties::default(),
@@ -556,6 +585,13 @@ impl Session {
 
     fn release(&mut self, id: u16) {
         if let Some(f) = self.inflight.remove(&id) {
+            if f.stored != 0 {
+                let released = f.state == OutflightState::AwaitPubComp;
+                self.record(|| JournalEvent::Removed {
+                    seq: f.stored,
+                    released,
+                });
+            }
             if let Some(d) = f.delivery {
                 self.free(d.weight());
             }
@@ -569,6 +605,9 @@ impl Drop for Session {
     }
 }
 
+mod journal;
 mod outbound;
 #[cfg(test)]
 mod tests;
+
+pub use journal::JournalEvent;

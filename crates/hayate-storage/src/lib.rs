@@ -58,8 +58,9 @@
 //! [`Store::notify_when_durable`]: hayate_core::store::Store::notify_when_durable
 //! [`Recovered`]: hayate_core::store::Recovered
 
+mod engine;
 mod record;
 mod store;
 
 pub use record::Unreadable;
-pub use store::{FjallStore, StorageConfig, StorageError, StoreStats};
+pub use store::{FjallStore, StorageConfig, StorageError, StoreStats, SyncMode};

@@ -7,9 +7,13 @@
 //! | `retained` | topic | version, expiry flag, expiry ms (u64, when flagged), MQTT 5 PUBLISH |
 //! | `sessions` | client id | version, expiry interval (u32), protocol (u8), disconnected flag, disconnected-at ms (u64, when flagged) |
 //! | `subs` | client id length (u16), client id, filter | version, options byte, id flag, subscription id (u32, when flagged) |
+//! | `queue` | client id length (u16), client id, seq (u64) | version, message id (u64), QoS (u8), retain (u8), subscription id count (u16) and ids (u32 each), group flag, group (u16 length, bytes, when flagged) |
+//! | `rel` | client id length (u16), client id, seq (u64) | version (a released entry: PUBREL sent, PUBCOMP awaited) |
+//! | `inq2` | client id length (u16), client id, packet id (u16) | version (an inbound QoS 2 id awaiting PUBREL) |
+//! | `msg` | message id (u64) | as `retained` |
 
 use bytes::Bytes;
-use hayate_core::store::{SessionRecord, SubscriptionData};
+use hayate_core::store::{QueueEntry, SessionRecord, SubscriptionData};
 
 /// The format version written in front of every value.
 const FORMAT: u8 = 1;
@@ -33,6 +37,10 @@ impl<'a> Fields<'a> {
     }
     fn u8(&mut self) -> Option<u8> {
         self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2)
+            .map(|b| u16::from_be_bytes(b.try_into().expect("2 bytes")))
     }
     fn u32(&mut self) -> Option<u32> {
         self.take(4)
@@ -167,6 +175,119 @@ pub(crate) fn read_subscription(
     Ok((client_id.to_string(), read().ok_or(bad)?))
 }
 
+/// The key of queue entry (or released entry) `seq` of `client_id`.
+pub(crate) fn seq_key(client_id: &str, seq: u64) -> Option<Vec<u8>> {
+    let mut key = subscription_prefix(client_id)?;
+    key.extend_from_slice(&seq.to_be_bytes());
+    Some(key)
+}
+
+/// The key of inbound QoS 2 id `packet_id` of `client_id`.
+pub(crate) fn packet_id_key(client_id: &str, packet_id: u16) -> Option<Vec<u8>> {
+    let mut key = subscription_prefix(client_id)?;
+    key.extend_from_slice(&packet_id.to_be_bytes());
+    Some(key)
+}
+
+/// The key of stored message `id`.
+pub(crate) fn message_key(id: u64) -> Vec<u8> {
+    id.to_be_bytes().to_vec()
+}
+
+/// The value of a key whose presence is the record (`rel`, `inq2`).
+pub(crate) fn marker_value() -> Vec<u8> {
+    vec![FORMAT]
+}
+
+/// Client id and the rest of a key made by [`subscription_prefix`].
+fn split_client_key<'a>(
+    key: &'a [u8],
+    what: &'static str,
+) -> Result<(String, &'a [u8]), Unreadable> {
+    let bad = Unreadable(what);
+    let mut key = Fields(key);
+    let len = usize::from(key.u16().ok_or(bad)?);
+    let client_id = std::str::from_utf8(key.take(len).ok_or(bad)?).map_err(|_| bad)?;
+    Ok((client_id.to_string(), key.0))
+}
+
+/// Client id and seq of a `queue` or `rel` key.
+pub(crate) fn read_seq_key(key: &[u8]) -> Result<(String, u64), Unreadable> {
+    let (client_id, rest) = split_client_key(key, "queue key")?;
+    let seq = <[u8; 8]>::try_from(rest).map_err(|_| Unreadable("queue key"))?;
+    Ok((client_id, u64::from_be_bytes(seq)))
+}
+
+/// Client id and packet id of an `inq2` key.
+pub(crate) fn read_packet_id_key(key: &[u8]) -> Result<(String, u16), Unreadable> {
+    let (client_id, rest) = split_client_key(key, "inbound QoS 2 key")?;
+    let id = <[u8; 2]>::try_from(rest).map_err(|_| Unreadable("inbound QoS 2 key"))?;
+    Ok((client_id, u16::from_be_bytes(id)))
+}
+
+/// The id in a `msg` key.
+pub(crate) fn read_message_key(key: &[u8]) -> Result<u64, Unreadable> {
+    let id = <[u8; 8]>::try_from(key).map_err(|_| Unreadable("message key"))?;
+    Ok(u64::from_be_bytes(id))
+}
+
+/// The value of a queue entry.
+pub(crate) fn queue_entry_value(entry: &QueueEntry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 4 * entry.subscription_ids.len());
+    out.push(FORMAT);
+    out.extend_from_slice(&entry.message_id.to_be_bytes());
+    out.push(entry.qos);
+    out.push(u8::from(entry.retain));
+    // At most one identifier per subscription of the session, each under 2^28.
+    let ids = u16::try_from(entry.subscription_ids.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&ids.to_be_bytes());
+    for id in entry.subscription_ids.iter().take(usize::from(ids)) {
+        out.extend_from_slice(&id.to_be_bytes());
+    }
+    let group = entry
+        .shared_group
+        .as_deref()
+        .filter(|group| group.len() <= usize::from(u16::MAX));
+    put_optional(&mut out, group, |o, group| {
+        o.extend_from_slice(&(group.len() as u16).to_be_bytes());
+        o.extend_from_slice(group.as_bytes());
+    });
+    out
+}
+
+/// A queue entry from its seq and value.
+pub(crate) fn read_queue_entry(seq: u64, value: &[u8]) -> Result<QueueEntry, Unreadable> {
+    let mut fields = Fields(value);
+    let mut read = || -> Option<_> {
+        fields.version()?;
+        let message_id = fields.u64()?;
+        let qos = fields.u8()?;
+        let retain = match fields.u8()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let count = fields.u16()?;
+        let subscription_ids = (0..count)
+            .map(|_| fields.u32())
+            .collect::<Option<Vec<u32>>>()?;
+        let shared_group = fields.optional(|f| {
+            let len = usize::from(f.u16()?);
+            let group = std::str::from_utf8(f.take(len)?).ok()?;
+            Some(group.to_string())
+        })?;
+        (1..=2).contains(&qos).then_some(QueueEntry {
+            seq,
+            message_id,
+            qos,
+            retain,
+            subscription_ids,
+            shared_group,
+        })
+    };
+    read().ok_or(Unreadable("queue entry"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +337,28 @@ mod tests {
             "short key"
         );
         assert!(read_retained(&[1, 1, 0]).is_err(), "short expiry");
+        assert!(
+            read_queue_entry(1, &[1, 0, 0, 0, 0, 0, 0, 0, 9, 3, 0, 0, 0, 0]).is_err(),
+            "QoS 3"
+        );
+        assert!(read_seq_key(&[0, 1, b'a', 0, 0]).is_err(), "short seq");
+    }
+
+    #[test]
+    fn queue_records_round_trip() {
+        let entry = QueueEntry {
+            seq: 42,
+            message_id: u64::MAX - 1,
+            qos: 2,
+            retain: true,
+            subscription_ids: vec![1, 268_435_455],
+            shared_group: Some("$share/g/a/#".into()),
+        };
+        assert_eq!(read_queue_entry(42, &queue_entry_value(&entry)), Ok(entry));
+        let key = seq_key("dev-1", 7).unwrap();
+        assert_eq!(read_seq_key(&key), Ok(("dev-1".to_string(), 7)));
+        let key = packet_id_key("dev-1", 65_535).unwrap();
+        assert_eq!(read_packet_id_key(&key), Ok(("dev-1".to_string(), 65_535)));
+        assert_eq!(read_message_key(&message_key(9)), Ok(9));
     }
 }

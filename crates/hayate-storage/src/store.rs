@@ -1,11 +1,11 @@
 //! [`FjallStore`]: the appended ops, the store thread that writes them, and opening a data
 //! directory.
 
-use crate::record::{self, Unreadable};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use hayate_core::store::{Recovered, Store, StoreOp, SubscriptionData, Ticket};
+use crate::engine::{Engine, OpError, Pending, ReadError};
+use crate::record::Unreadable;
+use fjall::PersistMode;
+use hayate_core::store::{Recovered, Store, StoreOp, Ticket};
 use parking_lot::{Condvar, Mutex};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +22,20 @@ pub struct StorageConfig {
     /// Longest time between a commit and the fsync that follows it (the window a power loss
     /// can take; a kill -9 of the process takes nothing that was committed).
     pub sync_interval: Duration,
+    /// When an op counts as durable.
+    pub mode: SyncMode,
+}
+
+/// When an op counts as durable ([`Store::durable`]): what an acknowledgement waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Once its batch is committed: in the operating system, safe from a kill -9 of the
+    /// broker; fsynced within [`StorageConfig::sync_interval`].
+    #[default]
+    Batched,
+    /// Once its batch is committed and fsynced (`fdatasync`): safe from a power loss too.
+    /// One fsync covers every op appended while the previous one ran (group commit).
+    Sync,
 }
 
 impl StorageConfig {
@@ -33,6 +47,7 @@ impl StorageConfig {
         StorageConfig {
             dir: dir.into(),
             sync_interval: Self::DEFAULT_SYNC_INTERVAL,
+            mode: SyncMode::Batched,
         }
     }
 }
@@ -146,14 +161,6 @@ impl Shared {
     }
 }
 
-/// The engine's handles, owned by the store thread.
-struct Engine {
-    db: Database,
-    retained: Keyspace,
-    sessions: Keyspace,
-    subs: Keyspace,
-}
-
 /// A data directory kept with fjall. [`Store::append`] queues an op in memory; one thread
 /// (`hayate-store`) writes the queued ops in order, as one fjall write batch per drain, and
 /// fsyncs at most every [`StorageConfig::sync_interval`]. Dropping it [closes](Self::close) it.
@@ -193,6 +200,26 @@ impl Store for FjallStore {
         }
     }
 
+    fn append_all(&self, ops: Vec<StoreOp>) -> Ticket {
+        let mut queue = self.shared.queue.lock();
+        if queue.closing {
+            drop(queue);
+            if !self.shared.late_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(dir = %self.dir.display(), "store_append_after_close");
+            }
+            return Ticket::MAX;
+        }
+        let first = queue.ops.is_empty();
+        queue.appended += ops.len() as u64;
+        queue.ops.extend(ops);
+        let ticket = queue.appended;
+        drop(queue);
+        if first {
+            self.shared.wake.notify_one();
+        }
+        ticket
+    }
+
     fn appended(&self) -> Ticket {
         self.shared.queue.lock().appended
     }
@@ -222,7 +249,7 @@ impl FjallStore {
             dir: dir.clone(),
             source,
         })?;
-        let engine = Engine::open(&dir).map_err(|error| engine_error(&dir, error))?;
+        let mut engine = Engine::open(&dir).map_err(|error| engine_error(&dir, error))?;
         let recovered = engine.read_all().map_err(|read| match read {
             ReadError::Engine(error) => engine_error(&dir, error),
             ReadError::Record(what) => StorageError::Record {
@@ -233,10 +260,10 @@ impl FjallStore {
         let shared = Arc::new(Shared::default());
         let thread = {
             let shared = shared.clone();
-            let sync_interval = config.sync_interval;
+            let (sync_interval, mode) = (config.sync_interval, config.mode);
             std::thread::Builder::new()
                 .name("hayate-store".into())
-                .spawn(move || run(engine, &shared, sync_interval))
+                .spawn(move || run(engine, &shared, sync_interval, mode))
                 .map_err(|source| StorageError::Dir {
                     dir: dir.clone(),
                     source,
@@ -304,190 +331,6 @@ fn engine_error(dir: &Path, error: fjall::Error) -> StorageError {
             dir: dir.to_path_buf(),
             source,
         },
-    }
-}
-
-enum ReadError {
-    Engine(fjall::Error),
-    Record(Unreadable),
-}
-
-impl From<fjall::Error> for ReadError {
-    fn from(error: fjall::Error) -> Self {
-        ReadError::Engine(error)
-    }
-}
-
-impl From<Unreadable> for ReadError {
-    fn from(what: Unreadable) -> Self {
-        ReadError::Record(what)
-    }
-}
-
-/// Why an op cannot be part of a batch.
-#[derive(Debug)]
-enum OpError {
-    /// Its key cannot be stored; the op is skipped, the rest of the batch goes on.
-    Key(&'static str),
-    /// Reading committed keys failed; the whole batch is dropped.
-    Read(fjall::Error),
-}
-
-/// fjall keys are 1 to 65,535 bytes (it asserts this; we check first).
-fn checked_key(key: Vec<u8>, what: &'static str) -> Result<Vec<u8>, OpError> {
-    if key.is_empty() || key.len() > usize::from(u16::MAX) {
-        Err(OpError::Key(what))
-    } else {
-        Ok(key)
-    }
-}
-
-/// The effect of one drained batch: the last value (`None`: removed) of every key it
-/// touches. Applying ops here, in order, makes a later op win over an earlier one on the same
-/// key without relying on how fjall orders two writes of one key in one batch (they share a
-/// sequence number), and lets `DeleteSession` see subscriptions added earlier in the batch.
-#[derive(Debug, Default)]
-struct Pending {
-    retained: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    sessions: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    subs: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-}
-
-impl Pending {
-    fn is_empty(&self) -> bool {
-        self.retained.is_empty() && self.sessions.is_empty() && self.subs.is_empty()
-    }
-}
-
-impl Engine {
-    fn open(dir: &Path) -> fjall::Result<Engine> {
-        let db = Database::builder(dir).open()?;
-        let keyspace = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
-        Ok(Engine {
-            retained: keyspace("retained")?,
-            sessions: keyspace("sessions")?,
-            subs: keyspace("subs")?,
-            db: db.clone(),
-        })
-    }
-
-    /// Everything the keyspaces hold. Subscriptions whose session is not stored are left
-    /// out (logged).
-    fn read_all(&self) -> Result<Recovered, ReadError> {
-        let mut recovered = Recovered::default();
-        for item in self.retained.iter() {
-            let (key, value) = item.into_inner()?;
-            let topic = std::str::from_utf8(&key).map_err(|_| Unreadable("retained"))?;
-            let (expiry, publish) = record::read_retained(&value)?;
-            recovered
-                .retained
-                .push((topic.to_string(), expiry, publish));
-        }
-        let mut subscriptions: BTreeMap<String, Vec<SubscriptionData>> = BTreeMap::new();
-        for item in self.subs.iter() {
-            let (key, value) = item.into_inner()?;
-            let (client_id, subscription) = record::read_subscription(&key, &value)?;
-            subscriptions
-                .entry(client_id)
-                .or_default()
-                .push(subscription);
-        }
-        for item in self.sessions.iter() {
-            let (key, value) = item.into_inner()?;
-            let session = record::read_session(&key, &value)?;
-            let own = subscriptions.remove(&session.client_id).unwrap_or_default();
-            recovered.sessions.push((session, own));
-        }
-        if !subscriptions.is_empty() {
-            // The core writes a session before its subscriptions and removes both in one
-            // batch, so this takes a subscription appended for a session never stored.
-            tracing::warn!(
-                clients = subscriptions.len(),
-                "store_subscriptions_without_session"
-            );
-        }
-        Ok(recovered)
-    }
-
-    /// Applies one op to `pending`.
-    fn apply(&self, pending: &mut Pending, op: StoreOp) -> Result<(), OpError> {
-        match op {
-            StoreOp::PutRetained {
-                topic,
-                expires_at_ms,
-                publish,
-            } => {
-                let key = checked_key(topic.into_bytes(), "retained topic")?;
-                let value = record::retained_value(expires_at_ms, &publish);
-                pending.retained.insert(key, Some(value));
-            }
-            StoreOp::DeleteRetained { topic } => {
-                let key = checked_key(topic.into_bytes(), "retained topic")?;
-                pending.retained.insert(key, None);
-            }
-            StoreOp::PutSession(session) => {
-                let key = checked_key(session.client_id.as_bytes().to_vec(), "client id")?;
-                pending
-                    .sessions
-                    .insert(key, Some(record::session_value(&session)));
-            }
-            StoreOp::DeleteSession { client_id } => {
-                let key = checked_key(client_id.as_bytes().to_vec(), "client id")?;
-                let prefix =
-                    record::subscription_prefix(&client_id).ok_or(OpError::Key("client id"))?;
-                // Committed subscriptions of this client (never another's: the prefix holds
-                // the id's length), then those written earlier in this batch.
-                for item in self.subs.prefix(&prefix) {
-                    let key = item.key().map_err(OpError::Read)?;
-                    pending.subs.insert(key.to_vec(), None);
-                }
-                for (_, value) in pending
-                    .subs
-                    .range_mut(prefix.clone()..)
-                    .take_while(|(key, _)| key.starts_with(&prefix))
-                {
-                    *value = None;
-                }
-                pending.sessions.insert(key, None);
-            }
-            StoreOp::PutSubscription {
-                client_id,
-                subscription,
-            } => {
-                let key = record::subscription_key(&client_id, &subscription.filter)
-                    .ok_or(OpError::Key("subscription"))?;
-                let key = checked_key(key, "subscription")?;
-                pending
-                    .subs
-                    .insert(key, Some(record::subscription_value(&subscription)));
-            }
-            StoreOp::DeleteSubscription { client_id, filter } => {
-                let key = record::subscription_key(&client_id, &filter)
-                    .ok_or(OpError::Key("subscription"))?;
-                let key = checked_key(key, "subscription")?;
-                pending.subs.insert(key, None);
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes `pending` as one fjall batch and commits it (written to the OS: survives a
-    /// kill -9 of the process, not a power loss).
-    fn commit(&self, pending: Pending) -> fjall::Result<()> {
-        let mut batch = self.db.batch();
-        for (keyspace, entries) in [
-            (&self.retained, pending.retained),
-            (&self.sessions, pending.sessions),
-            (&self.subs, pending.subs),
-        ] {
-            for (key, value) in entries {
-                match value {
-                    Some(value) => batch.insert(keyspace, key, value),
-                    None => batch.remove(keyspace, key),
-                }
-            }
-        }
-        batch.commit()
     }
 }
 
@@ -578,27 +421,30 @@ impl Writer {
         }
     }
 
-    /// fsyncs what was committed.
-    fn sync(&mut self, mode: PersistMode, counters: &Counters) {
+    /// fsyncs what was committed; false if that failed.
+    fn sync(&mut self, mode: PersistMode, counters: &Counters) -> bool {
         match self.engine.db.persist(mode) {
             Ok(()) => {
                 Counters::add(&counters.syncs, 1);
                 self.unsynced_since = None;
+                true
             }
             Err(error) => {
                 Counters::add(&counters.write_errors, 1);
                 self.errors.failed("store_sync_failed", &error, 0);
                 // Try again an interval later, not at once.
                 self.unsynced_since = Some(Instant::now());
+                false
             }
         }
     }
 }
 
 /// The store thread: drains the queue, writes each drain as one batch, fsyncs once
-/// `sync_interval` has passed since the first commit after the last fsync, and on close
-/// writes the rest and fsyncs with `SyncAll`.
-fn run(engine: Engine, shared: &Shared, sync_interval: Duration) {
+/// `sync_interval` has passed since the first commit after the last fsync (in
+/// [`SyncMode::Sync`]: after every batch, before it counts as durable), and on close writes the
+/// rest and fsyncs with `SyncAll`.
+fn run(engine: Engine, shared: &Shared, sync_interval: Duration, mode: SyncMode) {
     let mut writer = Writer {
         engine,
         errors: ErrorLog::default(),
@@ -625,7 +471,10 @@ fn run(engine: Engine, shared: &Shared, sync_interval: Duration) {
             )
         };
         if !ops.is_empty() {
-            if writer.write(ops, &shared.counters) {
+            let stored = writer.write(ops, &shared.counters)
+                && (mode == SyncMode::Batched
+                    || writer.sync(PersistMode::SyncData, &shared.counters));
+            if stored {
                 shared.advance(last);
             } else {
                 shared.durable.lock().failed = true;

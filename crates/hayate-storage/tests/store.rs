@@ -3,8 +3,12 @@
 //! killed with SIGKILL after its batches were committed (and not fsynced) loses none of them.
 
 use bytes::Bytes;
-use hayate_core::store::{Recovered, SessionRecord, Store, StoreOp, SubscriptionData};
-use hayate_storage::{FjallStore, StorageConfig, StorageError};
+use hayate_core::store::{
+    MessageBody, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
+    SubscriptionData,
+};
+use hayate_core::Message;
+use hayate_storage::{FjallStore, StorageConfig, StorageError, SyncMode};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,6 +19,7 @@ fn open_with(dir: &Path, sync_interval: Duration) -> (Arc<FjallStore>, Recovered
     FjallStore::open(StorageConfig {
         dir: dir.to_path_buf(),
         sync_interval,
+        mode: SyncMode::Batched,
     })
     .expect("store opens")
 }
@@ -88,6 +93,55 @@ fn sorted(mut recovered: Recovered) -> Recovered {
         subs.sort_by(|a, b| a.filter.cmp(&b.filter));
     }
     recovered
+        .queues
+        .sort_by(|a, b| a.client_id.cmp(&b.client_id));
+    recovered
+}
+
+/// The body of message `id` in these tests: its topic and payload say which it is.
+fn body(id: u64) -> MessageBody {
+    let message = Message::new(
+        format!("m/{id}").as_str().into(),
+        Bytes::from(id.to_be_bytes().to_vec()),
+        hayate_codec::QoS::AtLeastOnce,
+        false,
+        Default::default(),
+        None,
+        Some(1),
+    );
+    MessageBody {
+        expires_at_ms: (id % 2 == 0).then_some(id),
+        message: Arc::new(message),
+    }
+}
+
+/// Message `id` as the store gives it back.
+fn stored_message(id: u64) -> StoredMessage {
+    let body = body(id);
+    StoredMessage {
+        id,
+        expires_at_ms: body.expires_at_ms,
+        publish: body.encode().expect("encodes"),
+    }
+}
+
+fn enqueue(client_id: &str, seq: u64, message_id: u64, qos: u8) -> StoreOp {
+    StoreOp::Enqueue {
+        client_id: client_id.into(),
+        entry: entry(seq, message_id, qos),
+        body: body(message_id),
+    }
+}
+
+fn entry(seq: u64, message_id: u64, qos: u8) -> QueueEntry {
+    QueueEntry {
+        seq,
+        message_id,
+        qos,
+        retain: seq % 3 == 0,
+        subscription_ids: if seq % 2 == 0 { vec![7] } else { vec![] },
+        shared_group: (seq % 5 == 0).then(|| "$share/g/m/#".to_string()),
+    }
 }
 
 /// Appends `ops` to a store on `dir`, closes it, reopens, and returns what came back (sorted).
@@ -157,6 +211,9 @@ fn every_op_kind_round_trips() {
             ),
             (record("dev-2", u32::MAX, None), vec![]),
         ],
+        queues: vec![],
+        messages: vec![],
+        next_message_id: 1,
     };
     assert_eq!(recovered, expected);
     // A second open changes nothing; a third sees the deletes of the second.
@@ -352,6 +409,9 @@ struct Model {
     retained: BTreeMap<String, (Option<u64>, Bytes)>,
     sessions: BTreeMap<String, SessionRecord>,
     subs: BTreeMap<(String, String), SubscriptionData>,
+    queue: BTreeMap<(String, u64), QueueEntry>,
+    rel: BTreeMap<(String, u64), ()>,
+    inq2: BTreeMap<(String, u16), ()>,
 }
 
 impl Model {
@@ -374,6 +434,43 @@ impl Model {
             StoreOp::DeleteSession { client_id } => {
                 self.sessions.remove(client_id);
                 self.subs.retain(|(c, _), _| c != client_id);
+                self.queue.retain(|(c, _), _| c != client_id);
+                self.rel.retain(|(c, _), _| c != client_id);
+                self.inq2.retain(|(c, _), _| c != client_id);
+            }
+            StoreOp::Enqueue {
+                client_id, entry, ..
+            } => {
+                self.queue
+                    .insert((client_id.clone(), entry.seq), entry.clone());
+            }
+            StoreOp::Release { client_id, seq } => {
+                self.queue.remove(&(client_id.clone(), *seq));
+                self.rel.insert((client_id.clone(), *seq), ());
+            }
+            StoreOp::Dequeue {
+                client_id,
+                seq,
+                released,
+            } => {
+                let key = (client_id.clone(), *seq);
+                if *released {
+                    self.rel.remove(&key);
+                } else {
+                    self.queue.remove(&key);
+                }
+            }
+            StoreOp::InboundQos2 {
+                client_id,
+                packet_id,
+                awaiting,
+            } => {
+                let key = (client_id.clone(), *packet_id);
+                if *awaiting {
+                    self.inq2.insert(key, ());
+                } else {
+                    self.inq2.remove(&key);
+                }
             }
             StoreOp::PutSubscription {
                 client_id,
@@ -390,10 +487,55 @@ impl Model {
         }
     }
 
-    /// What a store holding this should give back (sorted). Subscriptions of a client
-    /// without a session are not given back.
+    /// Whether the store may be given `op`: the core never queues two entries under one seq.
+    fn allows(&self, op: &StoreOp) -> bool {
+        match op {
+            StoreOp::Enqueue {
+                client_id, entry, ..
+            } => !self.queue.contains_key(&(client_id.clone(), entry.seq)),
+            _ => true,
+        }
+    }
+
+    /// What a store holding this should give back (sorted; `next_message_id` left 0).
+    /// Subscriptions and queues of a client without a session are not given back; messages
+    /// are given back while any entry refers to them.
     fn recovered(&self) -> Recovered {
+        let mut ids: Vec<u64> = self.queue.values().map(|e| e.message_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let queues = self
+            .sessions
+            .keys()
+            .map(|client| StoredQueue {
+                client_id: client.clone(),
+                entries: self
+                    .queue
+                    .iter()
+                    .filter(|((c, _), _)| c == client)
+                    .map(|(_, e)| e.clone())
+                    .collect(),
+                released: self
+                    .rel
+                    .keys()
+                    .filter(|(c, _)| c == client)
+                    .map(|(_, seq)| *seq)
+                    .collect(),
+                inbound_qos2: self
+                    .inq2
+                    .keys()
+                    .filter(|(c, _)| c == client)
+                    .map(|(_, id)| *id)
+                    .collect(),
+            })
+            .filter(|q| {
+                !q.entries.is_empty() || !q.released.is_empty() || !q.inbound_qos2.is_empty()
+            })
+            .collect();
         Recovered {
+            queues,
+            messages: ids.into_iter().map(stored_message).collect(),
+            next_message_id: 0,
             retained: self
                 .retained
                 .iter()
@@ -448,11 +590,41 @@ fn op_strategy() -> impl Strategy<Value = StoreOp> {
                 subscription: sub(f, o, i),
             }
         }),
-        (client, name).prop_map(|(c, f)| StoreOp::DeleteSubscription {
+        (client.clone(), name).prop_map(|(c, f)| StoreOp::DeleteSubscription {
             client_id: c.into(),
             filter: f.into(),
         }),
+        (client.clone(), 1u64..6, 1u64..5, 1u8..3)
+            .prop_map(|(c, seq, id, qos)| enqueue(c, seq, id, qos)),
+        (client.clone(), 1u64..6).prop_map(|(c, seq)| StoreOp::Release {
+            client_id: c.into(),
+            seq,
+        }),
+        (client.clone(), 1u64..6, any::<bool>()).prop_map(|(c, seq, released)| {
+            StoreOp::Dequeue {
+                client_id: c.into(),
+                seq,
+                released,
+            }
+        }),
+        (client, 1u16..4, any::<bool>()).prop_map(|(c, packet_id, awaiting)| {
+            StoreOp::InboundQos2 {
+                client_id: c.into(),
+                packet_id,
+                awaiting,
+            }
+        }),
     ]
+}
+
+/// `recovered` as the model gives it: sorted, and with `next_message_id` checked and
+/// cleared (the store may have used ids no entry refers to any more).
+fn comparable(recovered: Recovered) -> Recovered {
+    let mut recovered = sorted(recovered);
+    let highest = recovered.messages.iter().map(|m| m.id).max().unwrap_or(0);
+    assert!(recovered.next_message_id > highest, "{recovered:?}");
+    recovered.next_message_id = 0;
+    recovered
 }
 
 proptest! {
@@ -480,7 +652,10 @@ proptest! {
                 drop(store);
                 let recovered;
                 (store, recovered) = open(dir.path());
-                prop_assert_eq!(sorted(recovered), model.recovered());
+                prop_assert_eq!(comparable(recovered), model.recovered());
+            }
+            if !model.allows(op) {
+                continue;
             }
             model.apply(op);
             store.append(op.clone());
@@ -492,8 +667,97 @@ proptest! {
         prop_assert_eq!(store.stats().write_errors, 0);
         drop(store);
         let (_store, recovered) = open(dir.path());
-        prop_assert_eq!(sorted(recovered), model.recovered());
+        prop_assert_eq!(comparable(recovered), model.recovered());
     }
+}
+
+/// A message queued for three sessions is stored once, stays while any entry refers to it,
+/// and goes with the last; a released entry and inbound QoS 2 ids come back; a deleted
+/// session takes its queue with it.
+#[test]
+fn queues_share_message_bodies_and_go_with_their_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ops = vec![session("a", 60), session("b", 60), session("c", 60)];
+    for client in ["a", "b", "c"] {
+        ops.push(enqueue(client, 1, 10, 1));
+        ops.push(enqueue(client, 2, 11, 2));
+    }
+    ops.extend([
+        StoreOp::Release {
+            client_id: "b".into(),
+            seq: 2,
+        },
+        StoreOp::InboundQos2 {
+            client_id: "b".into(),
+            packet_id: 9,
+            awaiting: true,
+        },
+        StoreOp::Dequeue {
+            client_id: "a".into(),
+            seq: 1,
+            released: false,
+        },
+    ]);
+    let recovered = round_trip(dir.path(), ops);
+    assert_eq!(
+        recovered.messages,
+        vec![stored_message(10), stored_message(11)]
+    );
+    assert_eq!(recovered.next_message_id, 12);
+    let queue = |client: &str| {
+        recovered
+            .queues
+            .iter()
+            .find(|q| q.client_id == client)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(queue("a").entries, vec![entry(2, 11, 2)]);
+    assert_eq!(queue("b").entries, vec![entry(1, 10, 1)]);
+    assert_eq!(
+        (queue("b").released, queue("b").inbound_qos2),
+        (vec![2], vec![9])
+    );
+    assert_eq!(queue("c").entries.len(), 2);
+    // The last entries referring to 10 go (one acknowledged, one with its session).
+    let recovered = round_trip(
+        dir.path(),
+        vec![
+            StoreOp::Dequeue {
+                client_id: "b".into(),
+                seq: 1,
+                released: false,
+            },
+            StoreOp::DeleteSession {
+                client_id: "c".into(),
+            },
+        ],
+    );
+    assert_eq!(recovered.messages, vec![stored_message(11)]);
+    assert_eq!(recovered.queues.len(), 2, "{:?}", recovered.queues);
+    // Once released and completed, `b` keeps only its inbound id.
+    let recovered = round_trip(
+        dir.path(),
+        vec![
+            StoreOp::Dequeue {
+                client_id: "b".into(),
+                seq: 2,
+                released: true,
+            },
+            StoreOp::DeleteSession {
+                client_id: "a".into(),
+            },
+        ],
+    );
+    assert!(recovered.messages.is_empty(), "{:?}", recovered.messages);
+    assert_eq!(
+        recovered.queues,
+        vec![StoredQueue {
+            client_id: "b".into(),
+            inbound_qos2: vec![9],
+            ..StoredQueue::default()
+        }]
+    );
 }
 
 const CHILD_ENV: &str = "HAYATE_STORAGE_KILL9_DIR";
@@ -592,7 +856,7 @@ fn committed_batches_survive_kill_9() {
     assert_eq!(recovered.retained.len(), 1_000);
     assert_eq!(recovered.sessions.len(), 1_000);
     assert_eq!(
-        sorted(recovered),
+        comparable(recovered),
         model.recovered(),
         "every committed op survived"
     );

@@ -44,12 +44,12 @@ struct ServeArgs {
     /// "hayate_core=debug" (default: info, or server.log_level from the file).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
-    /// Keep retained messages and persistent sessions in this directory (embedded store;
-    /// storage.dir in the file). See docs/DURABILITY.md for what is kept.
+    /// Keep retained messages and persistent sessions with their queued messages in this
+    /// directory (embedded store; storage.dir in the file). See docs/DURABILITY.md.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// How durable stored changes are: batched (written as they happen, fsynced every
-    /// storage.sync_interval_ms) or off (sync is not implemented yet).
+    /// When an acknowledgement may go out: batched (once written; fsynced within
+    /// storage.sync_interval_ms), sync (once fsynced) or off (no store).
     #[arg(long, value_name = "MODE")]
     durability: Option<DurabilityArg>,
 }

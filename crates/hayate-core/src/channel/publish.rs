@@ -154,6 +154,7 @@ impl Channel {
         let Some(packet_id) = publish.packet_id else {
             return;
         };
+        let stored = stored.max(self.take_journal_ticket());
         let reason = if self.version.is_v5() {
             reason
         } else {

@@ -180,6 +180,8 @@ impl Channel {
             retain: true,
             subscription_ids: subscription_ids.clone(),
             shared_group: None,
+            seq: 0,
+            maybe_sent: false,
         });
         let caught_up = missed.into_iter().map(|message| Delivery {
             qos: message.qos.min(options.qos),
@@ -187,6 +189,8 @@ impl Channel {
             message,
             subscription_ids: subscription_ids.clone(),
             shared_group: None,
+            seq: 0,
+            maybe_sent: false,
         });
         // Retained and caught-up messages are deliveries too: each is checked against the
         // subscriber's read access, when the hook has read rules.

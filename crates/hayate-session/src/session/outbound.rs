@@ -19,6 +19,10 @@ impl Session {
         let Some(conn) = self.connection.clone() else {
             return report;
         };
+        if self.journal_barrier() {
+            // Attached just now: what it wrote before is not durable yet.
+            return report;
+        }
         let start_len = out.len();
         while let Some(rel) = self
             .rare
@@ -66,7 +70,9 @@ impl Session {
         }
         let window = usize::from(self.window());
         while let Some(front) = self.pending.front() {
-            if front.qos != QoS::AtMostOnce && self.inflight.len() >= window {
+            if front.qos != QoS::AtMostOnce
+                && (self.inflight.len() >= window || self.journal_blocks(front))
+            {
                 break;
             }
             let Some(delivery) = self.pending.pop_front() else {
@@ -75,6 +81,7 @@ impl Session {
             let weight = delivery.weight();
             if delivery.message.is_expired(now) {
                 self.free(weight);
+                self.forget_stored(&delivery);
                 report.expired += 1;
                 continue;
             }
@@ -86,8 +93,12 @@ impl Session {
                     Err(Unsendable::TooLarge) => report.too_large += 1,
                 }
             } else {
-                let id = self.allocate_packet_id();
-                match self.write_publish(&conn, &delivery, Some(id), false, now, out) {
+                let id = match delivery.seq {
+                    0 => self.allocate_packet_id(),
+                    seq => journal::derived_packet_id(seq),
+                };
+                let dup = delivery.maybe_sent;
+                match self.write_publish(&conn, &delivery, Some(id), dup, now, out) {
                     Ok(()) => {
                         report.published += 1;
                         let state = if delivery.qos == QoS::AtLeastOnce {
@@ -100,6 +111,7 @@ impl Session {
                         self.inflight.insert(
                             id,
                             Outflight {
+                                stored: delivery.seq,
                                 delivery: Some(delivery),
                                 state,
                                 seq,
@@ -108,6 +120,7 @@ impl Session {
                     }
                     Err(reason) => {
                         self.free(weight);
+                        self.forget_stored(&delivery);
                         match reason {
                             Unsendable::Expired => report.expired += 1,
                             Unsendable::TooLarge => report.too_large += 1,
@@ -121,6 +134,17 @@ impl Session {
             }
         }
         report
+    }
+
+    /// Records that a stored delivery left without being sent.
+    fn forget_stored(&mut self, delivery: &Delivery) {
+        if delivery.seq != 0 {
+            let seq = delivery.seq;
+            self.record(|| JournalEvent::Removed {
+                seq,
+                released: false,
+            });
+        }
     }
 
     /// The next packet id not in flight. The window is at most 65,535, so one is free.

@@ -35,6 +35,8 @@ fn delivery(topic: &str, qos: QoS) -> Delivery {
         retain: false,
         subscription_ids: Vec::new(),
         shared_group: None,
+        seq: 0,
+        maybe_sent: false,
     }
 }
 
@@ -328,6 +330,8 @@ fn budget_pressure_makes_large_holders_congested() {
             retain: false,
             subscription_ids: Vec::new(),
             shared_group: None,
+            seq: 0,
+            maybe_sent: false,
         }
     };
     session.enqueue(big(60 * 1024));
@@ -353,6 +357,8 @@ fn message_with(topic: &str, payload: &[u8], qos: QoS, expires_at: Option<Instan
         retain: false,
         subscription_ids: Vec::new(),
         shared_group: None,
+        seq: 0,
+        maybe_sent: false,
     }
 }
 

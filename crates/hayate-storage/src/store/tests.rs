@@ -1,7 +1,7 @@
 //! Unit tests of the store thread's writer (one batch per drain, same-key order, prefixes).
 use super::*;
 use bytes::Bytes;
-use hayate_core::store::SessionRecord;
+use hayate_core::store::{SessionRecord, SubscriptionData};
 
 fn retain(topic: &str, payload: &'static [u8]) -> StoreOp {
     StoreOp::PutRetained {
@@ -114,7 +114,7 @@ fn delete_session_in_one_batch() {
     );
     assert_eq!(counters.batches.load(Ordering::Relaxed), 2);
     drop(w);
-    let engine = Engine::open(dir.path()).unwrap();
+    let mut engine = Engine::open(dir.path()).unwrap();
     assert_eq!(engine.subs.iter().count(), 2, "no stray keys of `a` left");
     let recovered = engine.read_all().ok().unwrap();
     assert_eq!(recovered.sessions.len(), 1);

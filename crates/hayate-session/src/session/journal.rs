@@ -1,0 +1,309 @@
+//! The journal of a stored session: the changes to its queue and to its inbound QoS 2 ids,
+//! recorded as plain data for the broker to write to its store, and the gates that keep output
+//! from getting ahead of what is stored (`docs/design/persistence.md`, "Queues").
+//!
+//! States of one stored queue entry (its `seq` is its key in the store):
+//!
+//! ```text
+//! Queued --send--> in flight --PUBACK--------------------------> Removed
+//!                            --PUBREC--> Released --PUBCOMP----> Removed
+//!   (expired, too large, handed to another group member)-------> Removed
+//! ```
+//!
+//! Sending is not recorded: a stored entry's packet id is derived from its `seq`, so the same
+//! message goes out under the same id after a restart. Two things must be stored before they
+//! reach the client, or a restart could break exactly-once delivery:
+//! - a QoS 2 PUBLISH: the client keeps its packet id until PUBREL, so a message that was sent
+//!   but lost with the restart would make the next message under that id a "duplicate";
+//! - a PUBREL: once the client has it, it forgets the id, so a PUBLISH resent after a restart
+//!   that lost the `Released` would be delivered twice.
+//!
+//! The broker stamps each batch of events it writes with its store ticket
+//! ([`Session::journal_flushed`]) and tells the session how far the store is durable
+//! ([`Session::confirm`]); what waits for a later ticket stays back.
+
+use super::*;
+
+/// A change to a stored session, for the broker to write to its store in this order.
+#[derive(Debug, Clone)]
+pub enum JournalEvent {
+    /// A QoS 1/2 delivery was queued under `delivery.seq`.
+    Queued(Delivery),
+    /// PUBREC arrived for entry `seq`: the message itself is no longer needed; PUBREL is sent
+    /// and PUBCOMP awaited (packet id derived from `seq`).
+    Released {
+        /// The entry.
+        seq: u64,
+    },
+    /// Entry `seq` left the session: acknowledged, expired, too large, or handed to another
+    /// member of its shared group.
+    Removed {
+        /// The entry.
+        seq: u64,
+        /// It had been released (PUBCOMP ended it).
+        released: bool,
+    },
+    /// An inbound QoS 2 packet id now awaits PUBREL (`true`), or no longer does.
+    InboundQos2 {
+        /// The packet id.
+        packet_id: u16,
+        /// Awaiting PUBREL.
+        awaiting: bool,
+    },
+}
+
+/// The store ticket a gate waits for; 0 until the broker stamps it.
+type Ticket = u64;
+
+#[derive(Debug, Default)]
+pub(super) struct Journal {
+    /// `seq` of the next queued entry (the first is 1).
+    next_seq: u64,
+    events: Vec<JournalEvent>,
+    /// Queued QoS 2 entries whose `Queued` is not known to be durable: (seq, ticket).
+    qos2_gates: VecDeque<(u64, Ticket)>,
+    /// PUBRELs waiting for their `Released` to be durable.
+    pubrels: VecDeque<(Ticket, PubResp)>,
+    /// Every QoS 2 entry up to this seq is durable.
+    durable_seq: u64,
+    /// Ticket of the last batch written for this session.
+    last_ticket: Ticket,
+    /// Set at attach: nothing goes out until this ticket is durable (resent PUBRELs and QoS 2
+    /// PUBLISHes whose events were written just before).
+    barrier: Ticket,
+    /// Gates were added since the last stamp.
+    unstamped: bool,
+}
+
+/// The packet id of stored entry `seq`: 1, 2, ... 65,535, 1, ...
+pub(super) fn derived_packet_id(seq: u64) -> u16 {
+    ((seq.saturating_sub(1)) % u64::from(u16::MAX)) as u16 + 1
+}
+
+impl Journal {
+    fn record(&mut self, event: JournalEvent) {
+        self.events.push(event);
+    }
+}
+
+impl Session {
+    /// Starts recording this session's changes (it is now stored). `next_seq`: the first seq
+    /// to give a queued entry (one past the highest in the store).
+    pub fn enable_journal(&mut self, next_seq: u64) {
+        let rare = self.rare();
+        if rare.journal.is_none() {
+            rare.journal = Some(Journal {
+                next_seq: next_seq.max(1),
+                durable_seq: next_seq.saturating_sub(1),
+                ..Journal::default()
+            });
+        }
+    }
+
+    /// True while the session records its changes.
+    pub fn is_journaled(&self) -> bool {
+        self.journal().is_some()
+    }
+
+    pub(super) fn journal(&self) -> Option<&Journal> {
+        self.rare.as_ref().and_then(|rare| rare.journal.as_ref())
+    }
+
+    pub(super) fn journal_mut(&mut self) -> Option<&mut Journal> {
+        self.rare.as_mut().and_then(|rare| rare.journal.as_mut())
+    }
+
+    /// Records `event` if journaled.
+    pub(super) fn record(&mut self, event: impl FnOnce() -> JournalEvent) {
+        if let Some(journal) = self.journal_mut() {
+            journal.record(event());
+        }
+    }
+
+    /// Gives a QoS 1/2 delivery to a journaled session its seq, and records it.
+    pub(super) fn journal_enqueue(&mut self, delivery: &mut Delivery) {
+        if delivery.qos == QoS::AtMostOnce {
+            return;
+        }
+        let Some(journal) = self.journal_mut() else {
+            return;
+        };
+        delivery.seq = journal.next_seq;
+        journal.next_seq += 1;
+        if delivery.qos == QoS::ExactlyOnce {
+            journal.qos2_gates.push_back((delivery.seq, 0));
+            journal.unstamped = true;
+        }
+        journal.record(JournalEvent::Queued(delivery.clone()));
+    }
+
+    /// Queues a PUBREL: behind the store for a journaled session, else straight out.
+    pub(super) fn queue_pubrel(&mut self, rel: PubResp) {
+        match self.journal_mut() {
+            Some(journal) => {
+                journal.pubrels.push_back((0, rel));
+                journal.unstamped = true;
+            }
+            None => self.rare().pubrel_out.push_back(rel),
+        }
+    }
+
+    /// True when events or unstamped gates wait for [`Session::take_journal`].
+    pub fn journal_pending(&self) -> bool {
+        self.journal()
+            .is_some_and(|journal| !journal.events.is_empty() || journal.unstamped)
+    }
+
+    /// The events recorded since the last call, oldest first. Write them to the store, then
+    /// call [`Session::journal_flushed`] with the ticket that covers them.
+    pub fn take_journal(&mut self) -> Vec<JournalEvent> {
+        self.journal_mut()
+            .map(|journal| std::mem::take(&mut journal.events))
+            .unwrap_or_default()
+    }
+
+    /// Everything taken so far is covered by store ticket `ticket`.
+    pub fn journal_flushed(&mut self, ticket: Ticket) {
+        let Some(journal) = self.journal_mut() else {
+            return;
+        };
+        journal.last_ticket = journal.last_ticket.max(ticket);
+        if !journal.unstamped {
+            return;
+        }
+        journal.unstamped = false;
+        for (_, t) in journal.qos2_gates.iter_mut().rev() {
+            if *t != 0 {
+                break;
+            }
+            *t = ticket;
+        }
+        for (t, _) in journal.pubrels.iter_mut().rev() {
+            if *t != 0 {
+                break;
+            }
+            *t = ticket;
+        }
+    }
+
+    /// The store is durable up to `durable`: lets out what waited for it. Returns the ticket
+    /// output still waits for, if any (ask the store to wake the connection then).
+    pub fn confirm(&mut self, durable: Ticket) -> Option<Ticket> {
+        let journal = self.journal_mut()?;
+        if journal.barrier <= durable {
+            journal.barrier = 0;
+        }
+        while let Some(&(seq, ticket)) = journal.qos2_gates.front() {
+            if ticket == 0 || ticket > durable {
+                break;
+            }
+            journal.durable_seq = seq;
+            journal.qos2_gates.pop_front();
+        }
+        let mut ready = Vec::new();
+        while let Some(&(ticket, _)) = journal.pubrels.front() {
+            if ticket == 0 || ticket > durable {
+                break;
+            }
+            if let Some((_, rel)) = journal.pubrels.pop_front() {
+                ready.push(rel);
+            }
+        }
+        let waiting = [
+            (journal.barrier != 0).then_some(journal.barrier),
+            journal.qos2_gates.front().map(|(_, t)| *t),
+            journal.pubrels.front().map(|(t, _)| *t),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t != 0)
+        .min();
+        if !ready.is_empty() {
+            self.rare().pubrel_out.extend(ready);
+        }
+        waiting
+    }
+
+    /// At attach: output waits until everything this session wrote so far is durable.
+    pub(super) fn journal_attach(&mut self) {
+        if let Some(journal) = self.journal_mut() {
+            journal.barrier = journal.last_ticket;
+            // PUBRELs still waiting are sent again from the in-flight state.
+            journal.pubrels.clear();
+        }
+    }
+
+    /// True when a journaled delivery may not go out yet: its derived packet id is still in
+    /// flight, the store has not confirmed a QoS 2 entry, or the attach barrier holds.
+    pub(super) fn journal_blocks(&self, delivery: &Delivery) -> bool {
+        let Some(journal) = self.journal() else {
+            return false;
+        };
+        if journal.barrier != 0 {
+            return true;
+        }
+        if delivery.seq == 0 {
+            return false;
+        }
+        (delivery.qos == QoS::ExactlyOnce && delivery.seq > journal.durable_seq)
+            || self.inflight.contains_key(&derived_packet_id(delivery.seq))
+    }
+
+    /// True while the attach barrier holds every output back.
+    pub(super) fn journal_barrier(&self) -> bool {
+        self.journal().is_some_and(|journal| journal.barrier != 0)
+    }
+
+    // ----- restore ---------------------------------------------------------------------
+
+    /// Puts back a queued entry read from the store (its `seq` set). It goes out with DUP,
+    /// since it may have been sent before. False (nothing kept) when the session's limits or
+    /// the memory budget leave no room.
+    pub fn restore_queued(&mut self, mut delivery: Delivery) -> bool {
+        let weight = delivery.weight();
+        if self.held_messages() >= self.limits.max_queued_messages
+            || self.held_bytes + weight > self.limits.max_queued_bytes
+        {
+            return false;
+        }
+        let charge = weight + DELIVERY_OVERHEAD_BYTES;
+        if let Some(budget) = &self.limits.budget {
+            if !budget.try_charge(charge) {
+                return false;
+            }
+        }
+        self.charged += charge;
+        self.held_bytes += weight;
+        delivery.maybe_sent = true;
+        self.pending.push_back(delivery);
+        true
+    }
+
+    /// Puts back an entry whose PUBREC had arrived: its PUBREL is sent again at attach.
+    pub fn restore_released(&mut self, seq: u64) {
+        let send_order = self.next_seq;
+        self.next_seq += 1;
+        self.inflight.insert(
+            derived_packet_id(seq),
+            Outflight {
+                delivery: None,
+                state: OutflightState::AwaitPubComp,
+                seq: send_order,
+                stored: seq,
+            },
+        );
+    }
+
+    /// Records that stored entry `seq` was not put back (its message is gone, or no room).
+    pub fn forget_restored(&mut self, seq: u64) {
+        self.record(|| JournalEvent::Removed {
+            seq,
+            released: false,
+        });
+    }
+
+    /// Puts back an inbound QoS 2 packet id that awaits PUBREL.
+    pub fn restore_inbound_qos2(&mut self, packet_id: u16) {
+        self.rare().inbound_qos2.insert(packet_id);
+    }
+}

@@ -1,0 +1,410 @@
+//! The fjall side of the store: its keyspaces, reading everything back at open, and turning
+//! one drained run of [`StoreOp`]s into one write batch. Owned by the store thread.
+
+use crate::record::{self, Unreadable};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use hayate_core::store::{
+    QueueEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+pub(crate) enum ReadError {
+    Engine(fjall::Error),
+    Record(Unreadable),
+}
+
+impl From<fjall::Error> for ReadError {
+    fn from(error: fjall::Error) -> Self {
+        ReadError::Engine(error)
+    }
+}
+
+impl From<Unreadable> for ReadError {
+    fn from(what: Unreadable) -> Self {
+        ReadError::Record(what)
+    }
+}
+
+/// Why an op cannot be part of a batch.
+#[derive(Debug)]
+pub(crate) enum OpError {
+    /// Its key cannot be stored; the op is skipped, the rest of the batch goes on.
+    Key(&'static str),
+    /// Reading committed keys failed; the whole batch is dropped.
+    Read(fjall::Error),
+}
+
+impl From<fjall::Error> for OpError {
+    fn from(error: fjall::Error) -> Self {
+        OpError::Read(error)
+    }
+}
+
+/// fjall keys are 1 to 65,535 bytes (it asserts this; we check first).
+fn checked_key(key: Vec<u8>, what: &'static str) -> Result<Vec<u8>, OpError> {
+    if key.is_empty() || key.len() > usize::from(u16::MAX) {
+        Err(OpError::Key(what))
+    } else {
+        Ok(key)
+    }
+}
+
+/// The last value (`None`: removed) of every key a batch touches, per keyspace.
+type Changes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// The effect of one drained batch. Applying ops here, in order, makes a later op win over an
+/// earlier one on the same key without relying on how fjall orders two writes of one key in
+/// one batch (they share a sequence number), and lets `DeleteSession` and `Dequeue` see what
+/// was written earlier in the batch.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    retained: Changes,
+    sessions: Changes,
+    subs: Changes,
+    queue: Changes,
+    rel: Changes,
+    inq2: Changes,
+    msg: Changes,
+}
+
+impl Pending {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.retained.is_empty()
+            && self.sessions.is_empty()
+            && self.subs.is_empty()
+            && self.queue.is_empty()
+            && self.rel.is_empty()
+            && self.inq2.is_empty()
+            && self.msg.is_empty()
+    }
+}
+
+/// The engine's handles, and how many queue entries refer to each stored message.
+pub(crate) struct Engine {
+    pub(crate) db: Database,
+    retained: Keyspace,
+    sessions: Keyspace,
+    pub(crate) subs: Keyspace,
+    queue: Keyspace,
+    rel: Keyspace,
+    inq2: Keyspace,
+    msg: Keyspace,
+    /// Message id → entries in `queue` (committed or pending) that refer to it. A message
+    /// whose count reaches zero is removed in the same batch.
+    refs: HashMap<u64, u32>,
+}
+
+impl Engine {
+    pub(crate) fn open(dir: &Path) -> fjall::Result<Engine> {
+        let db = Database::builder(dir).open()?;
+        let keyspace = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        Ok(Engine {
+            retained: keyspace("retained")?,
+            sessions: keyspace("sessions")?,
+            subs: keyspace("subs")?,
+            queue: keyspace("queue")?,
+            rel: keyspace("rel")?,
+            inq2: keyspace("inq2")?,
+            msg: keyspace("msg")?,
+            db: db.clone(),
+            refs: HashMap::new(),
+        })
+    }
+
+    /// Everything the keyspaces hold. Subscriptions and queues whose session is not stored
+    /// are left out (logged); so are messages no entry refers to, which are removed.
+    pub(crate) fn read_all(&mut self) -> Result<Recovered, ReadError> {
+        let mut recovered = Recovered::default();
+        for item in self.retained.iter() {
+            let (key, value) = item.into_inner()?;
+            let topic = std::str::from_utf8(&key).map_err(|_| Unreadable("retained"))?;
+            let (expiry, publish) = record::read_retained(&value)?;
+            recovered
+                .retained
+                .push((topic.to_string(), expiry, publish));
+        }
+        let mut subscriptions: BTreeMap<String, Vec<SubscriptionData>> = BTreeMap::new();
+        for item in self.subs.iter() {
+            let (key, value) = item.into_inner()?;
+            let (client_id, subscription) = record::read_subscription(&key, &value)?;
+            subscriptions
+                .entry(client_id)
+                .or_default()
+                .push(subscription);
+        }
+        let mut queues = self.read_queues()?;
+        for item in self.sessions.iter() {
+            let (key, value) = item.into_inner()?;
+            let session = record::read_session(&key, &value)?;
+            let own = subscriptions.remove(&session.client_id).unwrap_or_default();
+            if let Some(queue) = queues.remove(&session.client_id) {
+                recovered.queues.push(queue);
+            }
+            recovered.sessions.push((session, own));
+        }
+        if !subscriptions.is_empty() || !queues.is_empty() {
+            // The core writes a session before its subscriptions and queue, and removes all
+            // of them in one batch, so this takes ops appended for a session never stored.
+            tracing::warn!(
+                subscriptions = subscriptions.len(),
+                queues = queues.len(),
+                "store_state_without_session"
+            );
+        }
+        self.read_messages(&mut recovered)?;
+        Ok(recovered)
+    }
+
+    /// Every session's queue, released entries and inbound QoS 2 ids; counts references.
+    fn read_queues(&mut self) -> Result<BTreeMap<String, StoredQueue>, ReadError> {
+        let mut queues: BTreeMap<String, StoredQueue> = BTreeMap::new();
+        let mut refs: HashMap<u64, u32> = HashMap::new();
+        for item in self.queue.iter() {
+            let (key, value) = item.into_inner()?;
+            let (client_id, seq) = record::read_seq_key(&key)?;
+            let entry = record::read_queue_entry(seq, &value)?;
+            *refs.entry(entry.message_id).or_default() += 1;
+            queue_entry(&mut queues, client_id).entries.push(entry);
+        }
+        for item in self.rel.iter() {
+            let (key, _) = item.into_inner()?;
+            let (client_id, seq) = record::read_seq_key(&key)?;
+            queue_entry(&mut queues, client_id).released.push(seq);
+        }
+        for item in self.inq2.iter() {
+            let (key, _) = item.into_inner()?;
+            let (client_id, packet_id) = record::read_packet_id_key(&key)?;
+            queue_entry(&mut queues, client_id)
+                .inbound_qos2
+                .push(packet_id);
+        }
+        self.refs = refs;
+        Ok(queues)
+    }
+
+    /// The messages queue entries refer to; removes the others (a body whose last entry went
+    /// in a batch that failed, or whose entries were never committed).
+    fn read_messages(&mut self, recovered: &mut Recovered) -> Result<(), ReadError> {
+        let mut orphans = Vec::new();
+        let mut next_id = 1;
+        for item in self.msg.iter() {
+            let (key, value) = item.into_inner()?;
+            let id = record::read_message_key(&key)?;
+            next_id = next_id.max(id + 1);
+            if !self.refs.contains_key(&id) {
+                orphans.push(key.to_vec());
+                continue;
+            }
+            let (expires_at_ms, publish) = record::read_retained(&value)?;
+            recovered.messages.push(StoredMessage {
+                id,
+                expires_at_ms,
+                publish,
+            });
+        }
+        recovered.next_message_id = next_id.max(self.refs.keys().max().map_or(1, |id| id + 1));
+        if !orphans.is_empty() {
+            tracing::info!(messages = orphans.len(), "store_orphan_messages_removed");
+            let mut batch = self.db.batch();
+            for key in orphans {
+                batch.remove(&self.msg, key);
+            }
+            batch.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Applies one op to `pending`.
+    pub(crate) fn apply(&mut self, pending: &mut Pending, op: StoreOp) -> Result<(), OpError> {
+        match op {
+            StoreOp::PutRetained {
+                topic,
+                expires_at_ms,
+                publish,
+            } => {
+                let key = checked_key(topic.into_bytes(), "retained topic")?;
+                let value = record::retained_value(expires_at_ms, &publish);
+                pending.retained.insert(key, Some(value));
+            }
+            StoreOp::DeleteRetained { topic } => {
+                let key = checked_key(topic.into_bytes(), "retained topic")?;
+                pending.retained.insert(key, None);
+            }
+            StoreOp::PutSession(session) => {
+                let key = checked_key(session.client_id.as_bytes().to_vec(), "client id")?;
+                pending
+                    .sessions
+                    .insert(key, Some(record::session_value(&session)));
+            }
+            StoreOp::DeleteSession { client_id } => self.delete_session(pending, &client_id)?,
+            StoreOp::PutSubscription {
+                client_id,
+                subscription,
+            } => {
+                let key = record::subscription_key(&client_id, &subscription.filter)
+                    .ok_or(OpError::Key("subscription"))?;
+                let key = checked_key(key, "subscription")?;
+                pending
+                    .subs
+                    .insert(key, Some(record::subscription_value(&subscription)));
+            }
+            StoreOp::DeleteSubscription { client_id, filter } => {
+                let key = record::subscription_key(&client_id, &filter)
+                    .ok_or(OpError::Key("subscription"))?;
+                let key = checked_key(key, "subscription")?;
+                pending.subs.insert(key, None);
+            }
+            StoreOp::Enqueue {
+                client_id,
+                entry,
+                body,
+            } => {
+                let key = seq_key(&client_id, entry.seq)?;
+                let count = self.refs.entry(entry.message_id).or_default();
+                if *count == 0 {
+                    let publish = body.encode().ok_or(OpError::Key("message"))?;
+                    let value = record::retained_value(body.expires_at_ms, &publish);
+                    pending
+                        .msg
+                        .insert(record::message_key(entry.message_id), Some(value));
+                }
+                *count += 1;
+                pending
+                    .queue
+                    .insert(key, Some(record::queue_entry_value(&entry)));
+            }
+            StoreOp::Release { client_id, seq } => {
+                let key = seq_key(&client_id, seq)?;
+                self.remove_entry(pending, &key)?;
+                pending.rel.insert(key, Some(record::marker_value()));
+            }
+            StoreOp::Dequeue {
+                client_id,
+                seq,
+                released,
+            } => {
+                let key = seq_key(&client_id, seq)?;
+                if released {
+                    pending.rel.insert(key, None);
+                } else {
+                    self.remove_entry(pending, &key)?;
+                }
+            }
+            StoreOp::InboundQos2 {
+                client_id,
+                packet_id,
+                awaiting,
+            } => {
+                let key = record::packet_id_key(&client_id, packet_id)
+                    .ok_or(OpError::Key("client id"))?;
+                let value = awaiting.then(record::marker_value);
+                pending.inq2.insert(key, value);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes queue entry `key` (pending or committed) and drops its message's reference.
+    fn remove_entry(&mut self, pending: &mut Pending, key: &[u8]) -> Result<(), OpError> {
+        let value = match pending.queue.get(key) {
+            Some(value) => value.clone(),
+            None => self.queue.get(key)?.map(|value| value.to_vec()),
+        };
+        if let Some(value) = value {
+            let entry: QueueEntry = record::read_queue_entry(0, &value)
+                .map_err(|Unreadable(what)| OpError::Key(what))?;
+            self.unref(pending, entry.message_id);
+        }
+        pending.queue.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    fn unref(&mut self, pending: &mut Pending, message_id: u64) {
+        if let Some(count) = self.refs.get_mut(&message_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.refs.remove(&message_id);
+                pending.msg.insert(record::message_key(message_id), None);
+            }
+        }
+    }
+
+    /// Removes a session with its subscriptions, queue, released entries and inbound QoS 2
+    /// ids: committed keys under its prefix, then those written earlier in this batch.
+    fn delete_session(&mut self, pending: &mut Pending, client_id: &str) -> Result<(), OpError> {
+        let key = checked_key(client_id.as_bytes().to_vec(), "client id")?;
+        // The prefix holds the id's length, so it never matches another client's keys.
+        let prefix = record::subscription_prefix(client_id).ok_or(OpError::Key("client id"))?;
+        for item in self.subs.prefix(&prefix) {
+            pending.subs.insert(item.key()?.to_vec(), None);
+        }
+        for item in self.rel.prefix(&prefix) {
+            pending.rel.insert(item.key()?.to_vec(), None);
+        }
+        for item in self.inq2.prefix(&prefix) {
+            pending.inq2.insert(item.key()?.to_vec(), None);
+        }
+        let mut entries = Vec::new();
+        for item in self.queue.prefix(&prefix) {
+            entries.push(item.key()?.to_vec());
+        }
+        entries.extend(
+            pending
+                .queue
+                .range(prefix.clone()..)
+                .take_while(|(key, _)| key.starts_with(&prefix))
+                .filter(|(_, value)| value.is_some())
+                .map(|(key, _)| key.clone()),
+        );
+        for entry in entries {
+            self.remove_entry(pending, &entry)?;
+        }
+        for changes in [&mut pending.subs, &mut pending.rel, &mut pending.inq2] {
+            for (_, value) in changes
+                .range_mut(prefix.clone()..)
+                .take_while(|(key, _)| key.starts_with(&prefix))
+            {
+                *value = None;
+            }
+        }
+        pending.sessions.insert(key, None);
+        Ok(())
+    }
+
+    /// Writes `pending` as one fjall batch and commits it (written to the OS: survives a
+    /// kill -9 of the process, not a power loss).
+    pub(crate) fn commit(&self, pending: Pending) -> fjall::Result<()> {
+        let mut batch = self.db.batch();
+        for (keyspace, entries) in [
+            (&self.retained, pending.retained),
+            (&self.sessions, pending.sessions),
+            (&self.subs, pending.subs),
+            (&self.msg, pending.msg),
+            (&self.queue, pending.queue),
+            (&self.rel, pending.rel),
+            (&self.inq2, pending.inq2),
+        ] {
+            for (key, value) in entries {
+                match value {
+                    Some(value) => batch.insert(keyspace, key, value),
+                    None => batch.remove(keyspace, key),
+                }
+            }
+        }
+        batch.commit()
+    }
+}
+
+fn seq_key(client_id: &str, seq: u64) -> Result<Vec<u8>, OpError> {
+    record::seq_key(client_id, seq).ok_or(OpError::Key("client id"))
+}
+
+fn queue_entry(queues: &mut BTreeMap<String, StoredQueue>, client_id: String) -> &mut StoredQueue {
+    queues
+        .entry(client_id.clone())
+        .or_insert_with(|| StoredQueue {
+            client_id,
+            ..StoredQueue::default()
+        })
+}

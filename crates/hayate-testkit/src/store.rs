@@ -1,0 +1,220 @@
+//! A store for sans-IO persistence tests: [`MemoryStore`] keeps the appended ops in memory and
+//! lets the test decide when they are durable; [`fold`] turns ops into what an engine would
+//! give back after a restart (the real engine, fjall, is tested in `hayate-storage` and end to
+//! end in `hayate`'s kill -9 tests).
+
+use hayate_core::store::{
+    QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
+    SubscriptionData, Ticket,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// Everything appended is durable at once, unless the test holds it back ([`MemoryStore::hold`],
+/// then [`MemoryStore::complete`]).
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    ops: Mutex<Vec<StoreOp>>,
+    appended: AtomicU64,
+    held: AtomicBool,
+    durable: AtomicU64,
+    waiting: Mutex<Vec<(Ticket, Arc<Notify>)>>,
+}
+
+impl Store for MemoryStore {
+    fn append(&self, op: StoreOp) {
+        let mut ops = self.ops.lock().expect("not poisoned");
+        ops.push(op);
+        let ticket = self.appended.fetch_add(1, Ordering::SeqCst) + 1;
+        if !self.held.load(Ordering::SeqCst) {
+            self.durable.store(ticket, Ordering::SeqCst);
+        }
+    }
+
+    fn appended(&self) -> Ticket {
+        self.appended.load(Ordering::SeqCst)
+    }
+
+    fn durable(&self) -> Ticket {
+        self.durable.load(Ordering::SeqCst)
+    }
+
+    fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
+        if self.durable() >= ticket {
+            doorbell.notify_one();
+        } else {
+            self.waiting
+                .lock()
+                .expect("not poisoned")
+                .push((ticket, doorbell));
+        }
+    }
+}
+
+impl MemoryStore {
+    /// From now on, appended ops are durable only once [`MemoryStore::complete`] says so.
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Everything appended so far is durable: rings those waiting.
+    pub fn complete(&self) {
+        let now = self.appended();
+        self.durable.store(now, Ordering::SeqCst);
+        self.waiting
+            .lock()
+            .expect("not poisoned")
+            .retain(|(ticket, doorbell)| {
+                let due = *ticket <= now;
+                if due {
+                    doorbell.notify_one();
+                }
+                !due
+            });
+    }
+
+    /// Takes the ops appended since the last take.
+    pub fn take(&self) -> Vec<StoreOp> {
+        std::mem::take(&mut self.ops.lock().expect("not poisoned"))
+    }
+
+    /// The ops appended since the last take that are durable (a crash keeps exactly these).
+    pub fn durable_ops(&self) -> Vec<StoreOp> {
+        let ops = self.ops.lock().expect("not poisoned");
+        let first = self.appended() - ops.len() as u64;
+        let durable = self.durable().saturating_sub(first) as usize;
+        ops[..durable.min(ops.len())].to_vec()
+    }
+}
+
+/// What a store holds after `ops`, as an engine gives it back at open: subscriptions and
+/// queues only for stored sessions, message bodies while an entry refers to them.
+pub fn fold(ops: &[StoreOp]) -> Recovered {
+    let mut retained = BTreeMap::new();
+    let mut sessions: BTreeMap<String, SessionRecord> = BTreeMap::new();
+    let mut subs: BTreeMap<(String, String), SubscriptionData> = BTreeMap::new();
+    let mut queue: BTreeMap<(String, u64), QueueEntry> = BTreeMap::new();
+    let mut rel: BTreeSet<(String, u64)> = BTreeSet::new();
+    let mut inq2: BTreeSet<(String, u16)> = BTreeSet::new();
+    let mut bodies: HashMap<u64, StoredMessage> = HashMap::new();
+    let mut next_message_id = 1;
+    for op in ops {
+        match op.clone() {
+            StoreOp::PutRetained {
+                topic,
+                expires_at_ms,
+                publish,
+            } => {
+                retained.insert(topic.clone(), (topic, expires_at_ms, publish));
+            }
+            StoreOp::DeleteRetained { topic } => {
+                retained.remove(&topic);
+            }
+            StoreOp::PutSession(record) => {
+                sessions.insert(record.client_id.clone(), record);
+            }
+            StoreOp::DeleteSession { client_id } => {
+                sessions.remove(&client_id);
+                subs.retain(|(id, _), _| *id != client_id);
+                queue.retain(|(id, _), _| *id != client_id);
+                rel.retain(|(id, _)| *id != client_id);
+                inq2.retain(|(id, _)| *id != client_id);
+            }
+            StoreOp::PutSubscription {
+                client_id,
+                subscription,
+            } => {
+                subs.insert((client_id, subscription.filter.clone()), subscription);
+            }
+            StoreOp::DeleteSubscription { client_id, filter } => {
+                subs.remove(&(client_id, filter));
+            }
+            StoreOp::Enqueue {
+                client_id,
+                entry,
+                body,
+            } => {
+                next_message_id = next_message_id.max(entry.message_id + 1);
+                bodies
+                    .entry(entry.message_id)
+                    .or_insert_with(|| StoredMessage {
+                        id: entry.message_id,
+                        expires_at_ms: body.expires_at_ms,
+                        publish: body.encode().expect("a queued message encodes"),
+                    });
+                queue.insert((client_id, entry.seq), entry);
+            }
+            StoreOp::Release { client_id, seq } => {
+                queue.remove(&(client_id.clone(), seq));
+                rel.insert((client_id, seq));
+            }
+            StoreOp::Dequeue {
+                client_id,
+                seq,
+                released,
+            } => {
+                if released {
+                    rel.remove(&(client_id, seq));
+                } else {
+                    queue.remove(&(client_id, seq));
+                }
+            }
+            StoreOp::InboundQos2 {
+                client_id,
+                packet_id,
+                awaiting,
+            } => {
+                if awaiting {
+                    inq2.insert((client_id, packet_id));
+                } else {
+                    inq2.remove(&(client_id, packet_id));
+                }
+            }
+        }
+    }
+    let referenced: BTreeSet<u64> = queue.values().map(|entry| entry.message_id).collect();
+    let queues = sessions
+        .keys()
+        .map(|client| StoredQueue {
+            client_id: client.clone(),
+            entries: queue
+                .iter()
+                .filter(|((id, _), _)| id == client)
+                .map(|(_, entry)| entry.clone())
+                .collect(),
+            released: rel
+                .iter()
+                .filter(|(id, _)| id == client)
+                .map(|(_, seq)| *seq)
+                .collect(),
+            inbound_qos2: inq2
+                .iter()
+                .filter(|(id, _)| id == client)
+                .map(|(_, packet_id)| *packet_id)
+                .collect(),
+        })
+        .filter(|q| !q.entries.is_empty() || !q.released.is_empty() || !q.inbound_qos2.is_empty())
+        .collect();
+    Recovered {
+        retained: retained.into_values().collect(),
+        sessions: sessions
+            .into_values()
+            .map(|record| {
+                let own = subs
+                    .iter()
+                    .filter(|((id, _), _)| *id == record.client_id)
+                    .map(|(_, sub)| sub.clone())
+                    .collect();
+                (record, own)
+            })
+            .collect(),
+        queues,
+        messages: referenced
+            .into_iter()
+            .filter_map(|id| bodies.get(&id).cloned())
+            .collect(),
+        next_message_id,
+    }
+}
