@@ -1,0 +1,236 @@
+//! Queued QoS 1/2 messages of persistent sessions and the store (`crate::persist`, the session
+//! journal): what is written, what an acknowledgement waits for, and what a broker restored
+//! from the durable ops delivers. A "crash" here is a new broker restored from the ops that
+//! were durable when the old one stopped (`MemoryStore::durable_ops`).
+
+use hayate_codec::{Packet, PubResp, Publish, QoS};
+use hayate_core::store::StoreOp;
+use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
+use hayate_testkit::store::{fold, MemoryStore};
+use std::sync::Arc;
+
+const T0_MS: u64 = 1_800_000_000_000;
+
+fn attached(h: &CoreHarness) -> Arc<MemoryStore> {
+    let store = Arc::new(MemoryStore::default());
+    assert!(h.broker.attach_store(store.clone(), h.now(), T0_MS));
+    store
+}
+
+fn persistent(h: &CoreHarness, client_id: &str) -> TestChannel {
+    h.client(
+        ConnectSpec::v5(client_id)
+            .clean_start(false)
+            .session_expiry(600),
+    )
+}
+
+fn payloads(publishes: &[Publish]) -> Vec<String> {
+    publishes
+        .iter()
+        .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+        .collect()
+}
+
+fn pubrec(publish: &Publish) -> Packet {
+    Packet::PubRec(PubResp::new(publish.packet_id.expect("QoS 2")))
+}
+
+/// A new broker restored from `ops`.
+fn restart(ops: &[StoreOp]) -> (CoreHarness, Arc<MemoryStore>) {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    h.broker.restore(fold(ops), h.now());
+    (h, store)
+}
+
+#[test]
+fn an_offline_sessions_queue_survives_a_restart_and_its_message_is_stored_once() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    for client in ["a", "b", "c"] {
+        let mut device = persistent(&h, client);
+        assert_eq!(device.subscribe("cmd/#", QoS::ExactlyOnce), vec![2]);
+        device.finish();
+    }
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    publisher
+        .publish("cmd/1", b"one", QoS::AtLeastOnce)
+        .unwrap();
+    publisher
+        .publish("cmd/2", b"two", QoS::ExactlyOnce)
+        .unwrap();
+    let ops = store.take();
+    let enqueued: Vec<u64> = ops
+        .iter()
+        .filter_map(|op| match op {
+            StoreOp::Enqueue { entry, .. } => Some(entry.message_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(enqueued.len(), 6, "two messages for three sessions");
+    let mut ids = enqueued.clone();
+    ids.dedup();
+    assert_eq!(ids.len(), 2, "one id per message, shared: {enqueued:?}");
+    let recovered = fold(&ops);
+    assert_eq!(recovered.messages.len(), 2, "each body once");
+
+    let (h, _store) = restart(&ops);
+    let mut device = persistent(&h, "b");
+    let got = device.transmit_publishes();
+    assert_eq!(payloads(&got), vec!["one", "two"]);
+    assert_eq!(
+        got.iter().map(|p| (p.qos, p.dup)).collect::<Vec<_>>(),
+        vec![(QoS::AtLeastOnce, true), (QoS::ExactlyOnce, true)],
+        "a restored message may have been sent before: DUP"
+    );
+}
+
+#[test]
+fn puback_waits_until_the_queued_copy_is_durable() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::AtLeastOnce);
+    device.finish();
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    store.hold();
+    publisher.publish("cmd/x", b"x", QoS::AtLeastOnce).unwrap();
+    assert!(publisher.received().is_empty(), "PUBACK before the store");
+    // A crash now loses the message: the publisher was not told it was stored.
+    assert!(fold(&store.durable_ops()).queues.is_empty());
+    store.complete();
+    assert!(publisher.woken());
+    assert!(matches!(publisher.transmit()[..], [Packet::PubAck(_)]));
+    // Publishing to nobody stored writes nothing and waits for nothing.
+    publisher.publish("other", b"y", QoS::AtLeastOnce).unwrap();
+    assert!(matches!(publisher.received()[..], [Packet::PubAck(_)]));
+}
+
+#[test]
+fn a_qos2_publish_goes_out_only_once_stored_and_pubrel_only_once_released() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::ExactlyOnce);
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    store.hold();
+    publisher.publish("cmd/x", b"x", QoS::ExactlyOnce).unwrap();
+    assert!(
+        device.transmit().is_empty(),
+        "a QoS 2 PUBLISH whose entry is not stored could reuse its id after a restart"
+    );
+    store.complete();
+    assert!(device.woken());
+    let got = device.transmit_publishes();
+    assert_eq!(payloads(&got), vec!["x"]);
+    store.hold();
+    device.send(pubrec(&got[0])).unwrap();
+    assert!(
+        device.transmit().is_empty(),
+        "PUBREL before the release is stored"
+    );
+    // Crash now: the restored session sends the PUBLISH again under the same id, which the
+    // client (still holding it) recognises.
+    let (h2, _) = restart(&store.durable_ops());
+    let mut again = persistent(&h2, "device");
+    let resent = again.transmit_publishes();
+    assert_eq!(resent.len(), 1);
+    assert_eq!(
+        (resent[0].packet_id, resent[0].dup),
+        (got[0].packet_id, true)
+    );
+    // Without a crash, the PUBREL follows the store.
+    store.complete();
+    assert!(device.woken());
+    assert!(
+        matches!(&device.transmit()[..], [Packet::PubRel(rel)] if Some(rel.packet_id) == got[0].packet_id)
+    );
+    device
+        .send(Packet::PubComp(PubResp::new(got[0].packet_id.unwrap())))
+        .unwrap();
+    let recovered = fold(&store.take());
+    assert!(recovered.queues.is_empty(), "{:?}", recovered.queues);
+    assert!(recovered.messages.is_empty());
+}
+
+#[test]
+fn a_released_entry_sends_pubrel_again_after_a_restart() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::ExactlyOnce);
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    publisher.publish("cmd/x", b"x", QoS::ExactlyOnce).unwrap();
+    let got = device.transmit_publishes();
+    device.send(pubrec(&got[0])).unwrap();
+    assert!(matches!(device.transmit()[..], [Packet::PubRel(_)]));
+    let (h2, _) = restart(&store.take());
+    let mut again = persistent(&h2, "device");
+    let packets = again.transmit();
+    assert!(
+        matches!(&packets[..], [Packet::PubRel(rel)] if Some(rel.packet_id) == got[0].packet_id),
+        "{packets:?}"
+    );
+}
+
+#[test]
+fn inbound_qos2_is_exactly_once_across_a_restart() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::ExactlyOnce);
+    device.finish();
+    let mut publisher = persistent(&h, "pub");
+    let publish = hayate_testkit::publish_packet("cmd/x", b"x", QoS::ExactlyOnce, false, Some(7));
+    publisher.send(Packet::Publish(publish.clone())).unwrap();
+    assert!(matches!(publisher.received()[..], [Packet::PubRec(_)]));
+    let (h2, store2) = restart(&store.take());
+    // The publisher did not see PUBCOMP: it sends the PUBLISH again (DUP) after the restart.
+    let mut publisher = persistent(&h2, "pub");
+    let mut dup = publish;
+    dup.dup = true;
+    publisher.send(Packet::Publish(dup)).unwrap();
+    assert!(matches!(publisher.received()[..], [Packet::PubRec(_)]));
+    store2.hold();
+    publisher
+        .send(Packet::PubRel(PubResp::new(
+            hayate_codec::PacketId::new(7).unwrap(),
+        )))
+        .unwrap();
+    assert!(
+        publisher.received().is_empty(),
+        "PUBCOMP frees the id for reuse: not before the store forgot it"
+    );
+    store2.complete();
+    assert!(publisher.woken());
+    assert!(matches!(publisher.transmit()[..], [Packet::PubComp(_)]));
+    let mut device = persistent(&h2, "device");
+    assert_eq!(
+        payloads(&device.transmit_publishes()),
+        vec!["x"],
+        "delivered once, not once per PUBLISH"
+    );
+}
+
+#[test]
+fn acknowledged_entries_leave_the_store() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::AtLeastOnce);
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    for n in 0..3 {
+        publisher
+            .publish(&format!("cmd/{n}"), b"x", QoS::AtLeastOnce)
+            .unwrap();
+    }
+    let got = device.transmit_publishes();
+    assert_eq!(got.len(), 3);
+    device.puback(&got[0]).unwrap();
+    device.puback(&got[2]).unwrap();
+    let recovered = fold(&store.take());
+    let queue = &recovered.queues[0];
+    assert_eq!(queue.entries.len(), 1, "{queue:?}");
+    assert_eq!(recovered.messages.len(), 1);
+}
