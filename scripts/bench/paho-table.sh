@@ -6,10 +6,15 @@
 #   scripts/bench/paho-table.sh -o DIR summary        # only print DIR's table again
 #
 # CELL is one argument, "c=CONNS q=QOS s=BYTES n=MESSAGES" plus optionally w=WORKERS (100),
-# sub=SUBSCRIBER_QOS (0) and wait=1 (QoS 0 publishers wait for each publish: paho-fanin -wait).
+# sub=SUBSCRIBER_QOS (0), wait=1 (QoS 0 publishers wait for each publish: paho-fanin -wait) and
+# persist=1 (every client keeps its session: paho-fanin -persistent).
 # SET is `issue10` (10 KB, 100 KB, 1 KB and 8 B at 10k publishers, QoS 0, publishers not
 # waiting, as measured in issue 10) or `issue9` (CPU per message: 8 B, 100, 1k and 10k publishers
-# at QoS 0, 10k at QoS 1 and 2, every publish waited for); the default is both. BROKERS defaults to "hayate mosquitto flashmq"; ROUNDS to 2, the broker
+# at QoS 0, 10k at QoS 1 and 2, every publish waited for); `issue11` is the persistent-session
+# QoS 1 fan-in of the durability issue (1k and 10k publishers, persist=1), meant for
+# BROKERS="hayate hayate-batched hayate-sync mosquitto"; the default is issue10 and issue9.
+# BROKERS defaults to "hayate mosquitto flashmq" (also: hayate-batched and hayate-sync, Hayate
+# with a data directory in that durability mode); ROUNDS to 2, the broker
 # order reversed every other round. DIR defaults to docs/bench/raw/paho-YYYY-MM-DD.
 #
 # Every run gets a fresh broker on a free loopback port, each with its own defaults apart from
@@ -51,10 +56,14 @@ runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = {}
 for r in runs:
     groups.setdefault((r["cell"], r["broker"]), []).append(r)
-order = {"hayate": 0, "mosquitto": 1, "flashmq": 2}
+order = {"hayate": 0, "hayate-batched": 1, "hayate-sync": 2, "mosquitto": 3, "flashmq": 4}
 cells = list(dict.fromkeys(r["cell"] for r in runs))
 def med(rs, k):
     xs = [r[k] for r in rs if r.get(k) is not None]
+    return statistics.median(xs) if xs else None
+def per_msg(rs):
+    xs = [r["disk_write_bytes"] / r["received"] for r in rs
+          if r.get("disk_write_bytes") is not None and r.get("received")]
     return statistics.median(xs) if xs else None
 def f(v, d):
     return "–" if v is None else f"{v:,.{d}f}"
@@ -64,14 +73,15 @@ print(f"Medians per cell and broker ({len(runs)} runs; commit {', '.join(commits
       "30 s after the last publish when messages are lost). CPU-s/1M: broker CPU-seconds per "
       "million received messages over that time (over the whole run, connections included, "
       "in brackets).\n")
-print("| cell | broker | runs | success % | msg/s | CPU-s/1M | peak RSS MiB |")
-print("|---|---|---|---|---|---|---|")
+print("| cell | broker | runs | success % | msg/s | CPU-s/1M | peak RSS MiB | disk bytes/msg |")
+print("|---|---|---|---|---|---|---|---|")
 for c in cells:
     for b in sorted({k[1] for k in groups if k[0] == c}, key=lambda b: order.get(b, 9)):
         rs = groups[(c, b)]
         print(f"| {c} | {b} {rs[0]['broker_version']} | {len(rs)} | {f(med(rs, 'success_pct'), 2)} "
               f"| {f(med(rs, 'msg_per_s'), 0)} | {f(med(rs, 'cpu_s_per_1m'), 2)} "
-              f"({f(med(rs, 'cpu_s_per_1m_run'), 2)}) | {f(med(rs, 'peak_rss_mb'), 0)} |")
+              f"({f(med(rs, 'cpu_s_per_1m_run'), 2)}) | {f(med(rs, 'peak_rss_mb'), 0)} "
+              f"| {f(per_msg(rs), 0)} |")
 EOF
 }
 if [ "${1:-}" = summary ]; then summary; exit; fi
@@ -83,23 +93,27 @@ ISSUE10=("c=10000 q=0 s=10240 n=100000" "c=10000 q=0 s=102400 n=20000"
 ISSUE9=("c=100 q=0 s=8 n=200000 wait=1" "c=1000 q=0 s=8 n=200000 wait=1"
     "c=10000 q=0 s=8 n=200000 wait=1" "c=10000 q=1 s=8 n=100000 wait=1"
     "c=10000 q=2 s=8 n=100000 wait=1")
+ISSUE11=("c=1000 q=1 sub=1 s=64 n=100000 wait=1 persist=1"
+    "c=10000 q=1 sub=1 s=64 n=100000 wait=1 persist=1")
 [ $# -gt 0 ] || set -- issue10 issue9
 CELLS=()
 for a in "$@"; do
     case $a in
         issue10) CELLS+=("${ISSUE10[@]}") ;;
         issue9) CELLS+=("${ISSUE9[@]}") ;;
+        issue11) CELLS+=("${ISSUE11[@]}") ;;
         *) CELLS+=("$a") ;;
     esac
 done
 
 parse_cell() { # CELL: sets c q s n w sub wait, exits on a malformed cell
     local kv
-    c="" q="" s="" n="" w=100 sub=0 wait=0
+    c="" q="" s="" n="" w=100 sub=0 wait=0 persist=0
     for kv in $1; do
         case $kv in
             c=*) c=${kv#c=} ;; q=*) q=${kv#q=} ;; s=*) s=${kv#s=} ;; n=*) n=${kv#n=} ;;
             w=*) w=${kv#w=} ;; sub=*) sub=${kv#sub=} ;; wait=*) wait=${kv#wait=} ;;
+            persist=*) persist=${kv#persist=} ;;
             *) echo "unknown key in cell '$1': $kv" >&2; exit 2 ;;
         esac
     done
@@ -107,7 +121,8 @@ parse_cell() { # CELL: sets c q s n w sub wait, exits on a malformed cell
 }
 for cell in "${CELLS[@]}"; do parse_cell "$cell"; done
 for b in $BROKERS; do
-    case $b in hayate | mosquitto | flashmq) ;; *) echo "unknown broker $b" >&2; exit 2 ;; esac
+    case $b in hayate | hayate-batched | hayate-sync | mosquitto | flashmq) ;;
+        *) echo "unknown broker $b" >&2; exit 2 ;; esac
 done
 
 ulimit -n 20000 || { echo "cannot raise the open-file limit to 20000 (ulimit -Hn: $(ulimit -Hn))" >&2; exit 1; }
@@ -128,6 +143,8 @@ DIRTY=false
 if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no)" ]; then DIRTY=true; fi
 declare -A VERSION=(
     [hayate]="$("$HAYATE" --version | awk '{print $2}')"
+    [hayate-batched]="$("$HAYATE" --version | awk '{print $2}')"
+    [hayate-sync]="$("$HAYATE" --version | awk '{print $2}')"
     [mosquitto]="$("$MOSQUITTO" -h 2>/dev/null | head -1 | awk '{print $3}')"
     [flashmq]="$("$FLASHMQ" --version 2>/dev/null | head -1 | awk '{print $3}')"
 )
@@ -143,12 +160,16 @@ cpu_s() { # PID: utime+stime in seconds
 
 run() { # BROKER ROUND POSITION CELL
     local broker="$1" round="$2" pos="$3" cell="$4"
-    local c q s n w sub wait name pid port
+    local c q s n w sub wait persist name pid port
     parse_cell "$cell"
     name="$broker-c$c-q$q-s$s-n$n-r$round"
     log "round $round: $broker, $cell"
     case $broker in
         hayate) start_hayate "$name" --log-level warn; pid=$HAYATE_PID port=$HAYATE_PORT ;;
+        hayate-batched | hayate-sync)
+            start_hayate "$name" --log-level warn --data-dir "$RESULTS/$name.data" \
+                --durability "${broker#hayate-}"
+            pid=$HAYATE_PID port=$HAYATE_PORT ;;
         mosquitto) # started as root it runs as user mosquitto: let that user write its log there
             mkdir -p "$RESULTS/$name.mosquitto"
             if [ "$(id -u)" = 0 ] && id mosquitto >/dev/null 2>&1; then chown mosquitto: "$RESULTS/$name.mosquitto"; fi
@@ -161,11 +182,15 @@ run() { # BROKER ROUND POSITION CELL
     local args=(-broker "tcp://127.0.0.1:$port" -broker-pid "$pid" -c "$c" -w "$w" -n "$n" -q "$q"
         -sub-qos "$sub" -s "$s" -prefix pt)
     [ "$wait" = 0 ] || args+=(-wait)
+    [ "$persist" = 0 ] || args+=(-persistent)
     local cpu0 cpu1 out rc=0 rss_kb="" alive=true
     cpu0=$(cpu_s "$pid")
+    local io0 io1=""
+    io0=$(awk '/^write_bytes/{print $2}' "/proc/$pid/io")
     out=$(timeout "$RUN_TIMEOUT" "$PAHO" "${args[@]}" 2>&1) || rc=$?
     if [ -r "/proc/$pid/stat" ]; then
         cpu1=$(cpu_s "$pid")
+        io1=$(awk '/^write_bytes/{print $2}' "/proc/$pid/io")
         rss_kb=$(awk '/^VmHWM/{print $2}' "/proc/$pid/status")
     else
         cpu1="" alive=false
@@ -188,7 +213,7 @@ run() { # BROKER ROUND POSITION CELL
         --arg rc "$rc" --arg failed "$failed" --arg sent "$sent" --arg send_rate "$send_rate" \
         --arg received "$received" --arg secs "$secs" --arg rate "$rate" --arg pct "$pct" \
         --arg bcpu "$bcpu" --arg cpu0 "$cpu0" --arg cpu1 "$cpu1" --arg ccpu "$ccpu" \
-        --arg rss_kb "$rss_kb" --argjson alive "$alive" '
+        --arg rss_kb "$rss_kb" --argjson alive "$alive" --arg io0 "$io0" --arg io1 "$io1" '
         def num: if . == "" then null else tonumber end;
         def per_1m($cpu): if $cpu == null or ($received | num) == null or ($received | num) == 0
             then null else $cpu / ($received | num) * 1e6 end;
@@ -204,7 +229,8 @@ run() { # BROKER ROUND POSITION CELL
            cpu_s_per_1m: per_1m($phase), cpu_s_per_1m_run: per_1m($run),
            client_cpu_s: ($ccpu | num), peak_rss_kb: ($rss_kb | num),
            peak_rss_mb: (if $rss_kb == "" then null else ($rss_kb | tonumber) / 1024 end),
-           broker_alive: $alive}' >>"$OUT/runs.jsonl"
+           broker_alive: $alive,
+           disk_write_bytes: (if $io1 == "" then null else ($io1 | tonumber) - ($io0 | tonumber) end)}' >>"$OUT/runs.jsonl"
     [ "$rc" = 0 ] || echo "FAILED ($rc): $broker $cell round $round" | tee -a "$RESULTS/log.txt" >&2
     sleep 1
 }

@@ -59,6 +59,7 @@ func main() {
 	window := flag.Int("window", 100000, "senders may run at most this many messages ahead of the receiver")
 	prefix := flag.String("prefix", "pf", "topic prefix")
 	wait := flag.Bool("wait", false, "wait for each QoS 0 publish too (until written to the socket), as the write-ups' publishers do; QoS 1 and 2 always wait for the ack")
+	persistent := flag.Bool("persistent", false, "every client keeps its session (clean session off): the subscriber's messages are queued in its persistent session")
 	brokerPid := flag.Int("broker-pid", 0, "also print this process's CPU time over the publishing phase (connections excluded)")
 	flag.Parse()
 	if *size < 8 {
@@ -67,7 +68,7 @@ func main() {
 
 	var received atomic.Int64
 	done := make(chan struct{})
-	subOpts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(*prefix + "-sub").SetCleanSession(true)
+	subOpts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(*prefix + "-sub").SetCleanSession(!*persistent)
 	subOpts.SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
 	sub := mqtt.NewClient(subOpts)
 	if t := sub.Connect(); t.Wait() && t.Error() != nil {
@@ -91,7 +92,7 @@ func main() {
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			opts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(fmt.Sprintf("%s-%d", *prefix, i)).SetCleanSession(true)
+			opts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(fmt.Sprintf("%s-%d", *prefix, i)).SetCleanSession(!*persistent)
 			c := mqtt.NewClient(opts)
 			if t := c.Connect(); t.Wait() && t.Error() != nil {
 				failed.Add(1)

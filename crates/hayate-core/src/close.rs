@@ -81,6 +81,9 @@ pub enum CloseReason {
     PublishDenied,
     /// No Local on a shared subscription [MQTT-3.8.3-4].
     SharedNoLocal,
+    /// A v3 client sent a QoS 1/2 PUBLISH while the store could not write: it cannot be
+    /// acknowledged, and v3 has no way to refuse it.
+    StoreUnavailable,
     /// AUTH that was not expected.
     UnexpectedAuth,
     /// AUTH with a reason code that does not fit the exchange.
@@ -128,6 +131,7 @@ impl CloseReason {
             SecondConnect => "second_connect",
             ServerPacketFromClient => "server_packet_from_client",
             SessionTakenOver => "session_taken_over",
+            StoreUnavailable => "store_unavailable",
             NoSession => "no_session",
             DisconnectExpiryRaised => "disconnect_expiry_raised",
             QosNotSupported => "qos_not_supported",

@@ -52,6 +52,9 @@ pub struct Stats {
     /// Messages delivered to a new subscription because they arrived after its SUBSCRIBE but
     /// were routed before it was in place (`docs/design/arrival-order.md`).
     pub arrival_catch_up: AtomicU64,
+    /// QoS 1/2 PUBLISH packets refused because the store could not write (v5: 0x97; v3: the
+    /// connection closed).
+    pub store_refused: AtomicU64,
 }
 
 impl Stats {

@@ -244,6 +244,12 @@ pub trait Store: Send + Sync + Debug {
         Ticket::MAX
     }
 
+    /// False while the store cannot write (a full disk, an I/O error): QoS 1/2 publishes are
+    /// refused then, since they could not be acknowledged.
+    fn accepting(&self) -> bool {
+        true
+    }
+
     /// Rings `doorbell` once `ticket` is durable (at once if it already is).
     fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
         let _ = ticket;

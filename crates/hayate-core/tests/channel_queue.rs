@@ -234,3 +234,43 @@ fn acknowledged_entries_leave_the_store() {
     assert_eq!(queue.entries.len(), 1, "{queue:?}");
     assert_eq!(recovered.messages.len(), 1);
 }
+
+#[test]
+fn while_the_store_cannot_write_qos1_and_qos2_publishes_are_refused_and_qos0_flows() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::AtLeastOnce);
+    store.set_accepting(false);
+    let mut v5 = h.client(ConnectSpec::v5("pub5"));
+    v5.publish("cmd/a", b"a", QoS::AtLeastOnce).unwrap();
+    v5.publish("cmd/b", b"b", QoS::ExactlyOnce).unwrap();
+    let codes: Vec<u8> = v5
+        .received()
+        .into_iter()
+        .map(|packet| match packet {
+            Packet::PubAck(ack) | Packet::PubRec(ack) => ack.reason_code.0,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(codes, vec![0x97, 0x97], "Quota exceeded, at once");
+    v5.publish("cmd/c", b"c", QoS::AtMostOnce).unwrap();
+    assert_eq!(
+        payloads(&device.transmit_publishes()),
+        vec!["c"],
+        "QoS 0 keeps flowing, refused messages were not routed"
+    );
+    let mut v3 = h.client(ConnectSpec::v311("pub3"));
+    let closed = v3.publish("cmd/d", b"d", QoS::AtLeastOnce).unwrap_err();
+    assert_eq!(closed.reason, hayate_core::CloseReason::StoreUnavailable);
+    assert_eq!(
+        h.broker
+            .stats
+            .store_refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+    store.set_accepting(true);
+    v5.publish("cmd/e", b"e", QoS::AtLeastOnce).unwrap();
+    assert!(matches!(&v5.received()[..], [Packet::PubAck(ack)] if ack.reason_code.0 == 0));
+}

@@ -92,6 +92,7 @@ impl Server {
             let interval = Duration::from_secs(config.server.sys_interval_secs);
             tasks.spawn(crate::sys::sys_loop(
                 broker.clone(),
+                store.clone(),
                 interval,
                 shutdown_rx.clone(),
             ));

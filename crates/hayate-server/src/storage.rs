@@ -25,6 +25,7 @@ pub(crate) fn open(
             Durability::Sync => SyncMode::Sync,
             Durability::Batched | Durability::Off => SyncMode::Batched,
         },
+        faults: None,
     })
     .map_err(io::Error::other)?;
     let now = tokio::time::Instant::now().into_std();

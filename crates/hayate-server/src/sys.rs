@@ -37,6 +37,7 @@ impl Load {
 
 pub(crate) async fn sys_loop(
     broker: Arc<Broker>,
+    store: Option<Arc<hayate_storage::FjallStore>>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -138,6 +139,9 @@ pub(crate) async fn sys_loop(
         ] {
             publish(topic, counter(value));
         }
+        if let Some(store) = &store {
+            publish_store(store, &publish, Stats::get(&stats.store_refused));
+        }
         for (load, source) in loads.iter_mut() {
             load.update(Stats::get(source), interval);
             for (average, window) in load.averages.iter().zip(["1min", "5min", "15min"]) {
@@ -148,4 +152,32 @@ pub(crate) async fn sys_loop(
             }
         }
     }
+}
+
+/// The store's figures (`docs/DURABILITY.md`, "Monitoring").
+fn publish_store(
+    store: &hayate_storage::FjallStore,
+    publish: &impl Fn(&str, String),
+    refused: u64,
+) {
+    let stats = store.stats();
+    let state = if stats.healthy { "ok" } else { "failing" };
+    publish("$SYS/broker/store/state", state.into());
+    publish("$SYS/broker/store/bytes", store.disk_bytes().to_string());
+    publish(
+        "$SYS/broker/store/queued messages",
+        stats.queued.to_string(),
+    );
+    publish("$SYS/broker/store/fsyncs", stats.syncs.to_string());
+    let mean = stats.sync_micros.checked_div(stats.syncs).unwrap_or(0);
+    publish("$SYS/broker/store/fsync latency/mean us", mean.to_string());
+    publish(
+        "$SYS/broker/store/fsync latency/max us",
+        stats.sync_max_micros.to_string(),
+    );
+    publish(
+        "$SYS/broker/store/write errors",
+        stats.write_errors.to_string(),
+    );
+    publish("$SYS/broker/store/refused", refused.to_string());
 }

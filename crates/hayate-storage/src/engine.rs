@@ -93,6 +93,8 @@ pub(crate) struct Engine {
     /// Message id → entries in `queue` (committed or pending) that refer to it. A message
     /// whose count reaches zero is removed in the same batch.
     refs: HashMap<u64, u32>,
+    /// Entries in `queue` (committed or pending).
+    queued: u64,
 }
 
 impl Engine {
@@ -109,6 +111,7 @@ impl Engine {
             msg: keyspace("msg")?,
             db: db.clone(),
             refs: HashMap::new(),
+            queued: 0,
         })
     }
 
@@ -156,6 +159,29 @@ impl Engine {
         Ok(recovered)
     }
 
+    /// Counts again which messages the committed queue entries refer to (after the engine was
+    /// opened again). An entry that cannot be read is skipped (logged).
+    pub(crate) fn count_references(&mut self) -> fjall::Result<()> {
+        let mut refs: HashMap<u64, u32> = HashMap::new();
+        let mut queued = 0;
+        for item in self.queue.iter() {
+            let value = item.value()?;
+            queued += 1;
+            match record::read_queue_entry(0, &value) {
+                Ok(entry) => *refs.entry(entry.message_id).or_default() += 1,
+                Err(what) => tracing::warn!(%what, "store_entry_unreadable"),
+            }
+        }
+        self.refs = refs;
+        self.queued = queued;
+        Ok(())
+    }
+
+    /// Entries queued for sessions, on disk or about to be.
+    pub(crate) fn queued(&self) -> u64 {
+        self.queued
+    }
+
     /// Every session's queue, released entries and inbound QoS 2 ids; counts references.
     fn read_queues(&mut self) -> Result<BTreeMap<String, StoredQueue>, ReadError> {
         let mut queues: BTreeMap<String, StoredQueue> = BTreeMap::new();
@@ -165,6 +191,7 @@ impl Engine {
             let (client_id, seq) = record::read_seq_key(&key)?;
             let entry = record::read_queue_entry(seq, &value)?;
             *refs.entry(entry.message_id).or_default() += 1;
+            self.queued += 1;
             queue_entry(&mut queues, client_id).entries.push(entry);
         }
         for item in self.rel.iter() {
@@ -216,41 +243,41 @@ impl Engine {
     }
 
     /// Applies one op to `pending`.
-    pub(crate) fn apply(&mut self, pending: &mut Pending, op: StoreOp) -> Result<(), OpError> {
+    pub(crate) fn apply(&mut self, pending: &mut Pending, op: &StoreOp) -> Result<(), OpError> {
         match op {
             StoreOp::PutRetained {
                 topic,
                 expires_at_ms,
                 publish,
             } => {
-                let key = checked_key(topic.into_bytes(), "retained topic")?;
-                let value = record::retained_value(expires_at_ms, &publish);
+                let key = checked_key(topic.as_bytes().to_vec(), "retained topic")?;
+                let value = record::retained_value(*expires_at_ms, publish);
                 pending.retained.insert(key, Some(value));
             }
             StoreOp::DeleteRetained { topic } => {
-                let key = checked_key(topic.into_bytes(), "retained topic")?;
+                let key = checked_key(topic.as_bytes().to_vec(), "retained topic")?;
                 pending.retained.insert(key, None);
             }
             StoreOp::PutSession(session) => {
                 let key = checked_key(session.client_id.as_bytes().to_vec(), "client id")?;
                 pending
                     .sessions
-                    .insert(key, Some(record::session_value(&session)));
+                    .insert(key, Some(record::session_value(session)));
             }
-            StoreOp::DeleteSession { client_id } => self.delete_session(pending, &client_id)?,
+            StoreOp::DeleteSession { client_id } => self.delete_session(pending, client_id)?,
             StoreOp::PutSubscription {
                 client_id,
                 subscription,
             } => {
-                let key = record::subscription_key(&client_id, &subscription.filter)
+                let key = record::subscription_key(client_id, &subscription.filter)
                     .ok_or(OpError::Key("subscription"))?;
                 let key = checked_key(key, "subscription")?;
                 pending
                     .subs
-                    .insert(key, Some(record::subscription_value(&subscription)));
+                    .insert(key, Some(record::subscription_value(subscription)));
             }
             StoreOp::DeleteSubscription { client_id, filter } => {
-                let key = record::subscription_key(&client_id, &filter)
+                let key = record::subscription_key(client_id, filter)
                     .ok_or(OpError::Key("subscription"))?;
                 let key = checked_key(key, "subscription")?;
                 pending.subs.insert(key, None);
@@ -260,7 +287,7 @@ impl Engine {
                 entry,
                 body,
             } => {
-                let key = seq_key(&client_id, entry.seq)?;
+                let key = seq_key(client_id, entry.seq)?;
                 let count = self.refs.entry(entry.message_id).or_default();
                 if *count == 0 {
                     let publish = body.encode().ok_or(OpError::Key("message"))?;
@@ -270,12 +297,13 @@ impl Engine {
                         .insert(record::message_key(entry.message_id), Some(value));
                 }
                 *count += 1;
+                self.queued += 1;
                 pending
                     .queue
-                    .insert(key, Some(record::queue_entry_value(&entry)));
+                    .insert(key, Some(record::queue_entry_value(entry)));
             }
             StoreOp::Release { client_id, seq } => {
-                let key = seq_key(&client_id, seq)?;
+                let key = seq_key(client_id, *seq)?;
                 self.remove_entry(pending, &key)?;
                 pending.rel.insert(key, Some(record::marker_value()));
             }
@@ -284,8 +312,8 @@ impl Engine {
                 seq,
                 released,
             } => {
-                let key = seq_key(&client_id, seq)?;
-                if released {
+                let key = seq_key(client_id, *seq)?;
+                if *released {
                     pending.rel.insert(key, None);
                 } else {
                     self.remove_entry(pending, &key)?;
@@ -296,7 +324,7 @@ impl Engine {
                 packet_id,
                 awaiting,
             } => {
-                let key = record::packet_id_key(&client_id, packet_id)
+                let key = record::packet_id_key(client_id, *packet_id)
                     .ok_or(OpError::Key("client id"))?;
                 let value = awaiting.then(record::marker_value);
                 pending.inq2.insert(key, value);
@@ -315,6 +343,7 @@ impl Engine {
             let entry: QueueEntry = record::read_queue_entry(0, &value)
                 .map_err(|Unreadable(what)| OpError::Key(what))?;
             self.unref(pending, entry.message_id);
+            self.queued = self.queued.saturating_sub(1);
         }
         pending.queue.insert(key.to_vec(), None);
         Ok(())

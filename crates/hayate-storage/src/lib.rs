@@ -61,6 +61,7 @@
 mod engine;
 mod record;
 mod store;
+mod writer;
 
 pub use record::Unreadable;
-pub use store::{FjallStore, StorageConfig, StorageError, StoreStats, SyncMode};
+pub use store::{Faults, FjallStore, StorageConfig, StorageError, StoreStats, SyncMode};

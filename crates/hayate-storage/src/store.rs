@@ -1,20 +1,20 @@
 //! [`FjallStore`]: the appended ops, the store thread that writes them, and opening a data
 //! directory.
 
-use crate::engine::{Engine, OpError, Pending, ReadError};
+use crate::engine::{Engine, ReadError};
 use crate::record::Unreadable;
-use fjall::PersistMode;
+use crate::writer::{self, Writer};
 use hayate_core::store::{Recovered, Store, StoreOp, Ticket};
 use parking_lot::{Condvar, Mutex};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Where and how to keep the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StorageConfig {
     /// The data directory (created if missing). fjall keeps its files, and its lock, directly
     /// in it.
@@ -24,6 +24,8 @@ pub struct StorageConfig {
     pub sync_interval: Duration,
     /// When an op counts as durable.
     pub mode: SyncMode,
+    /// Injected write failures, for tests (`None`: none).
+    pub faults: Option<Arc<Faults>>,
 }
 
 /// When an op counts as durable ([`Store::durable`]): what an acknowledgement waits for.
@@ -48,6 +50,7 @@ impl StorageConfig {
             dir: dir.into(),
             sync_interval: Self::DEFAULT_SYNC_INTERVAL,
             mode: SyncMode::Batched,
+            faults: None,
         }
     }
 }
@@ -96,28 +99,72 @@ pub struct StoreStats {
     /// Failed writes: batches that failed to commit, fsyncs that failed, and ops refused
     /// because their key cannot be stored (empty, or longer than 65,535 bytes).
     pub write_errors: u64,
+    /// Total time spent in fsync, in microseconds (divide by `syncs` for the mean).
+    pub sync_micros: u64,
+    /// The longest fsync so far, in microseconds.
+    pub sync_max_micros: u64,
+    /// False while writes fail: nothing more is acknowledged and QoS 1/2 publishes are refused
+    /// until the store can write again.
+    pub healthy: bool,
+    /// Messages queued for sessions in the store (entries not yet released), as of the last
+    /// commit.
+    pub queued: u64,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
-    ops_committed: AtomicU64,
-    batches: AtomicU64,
-    syncs: AtomicU64,
-    write_errors: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) ops_committed: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) syncs: AtomicU64,
+    pub(crate) write_errors: AtomicU64,
+    sync_micros: AtomicU64,
+    sync_max_micros: AtomicU64,
+    pub(crate) queued: AtomicU64,
 }
 
 impl Counters {
-    fn add(counter: &AtomicU64, n: u64) {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn committed(&self, ops: u64, queued: u64) {
+        Counters::add(&self.ops_committed, ops);
+        Counters::add(&self.batches, 1);
+        self.queued.store(queued, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_sync(&self, took: Duration) {
+        let micros = took.as_micros().min(u128::from(u64::MAX)) as u64;
+        Counters::add(&self.syncs, 1);
+        Counters::add(&self.sync_micros, micros);
+        self.sync_max_micros.fetch_max(micros, Ordering::Relaxed);
+    }
+}
+
+/// Write failures a test can switch on ([`StorageConfig::faults`]): while on, every commit
+/// and fsync fails as a full disk would, and reopening the engine is not tried.
+#[derive(Debug, Default)]
+pub struct Faults {
+    failing: AtomicBool,
+}
+
+impl Faults {
+    /// Turns failures on or off.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    pub(crate) fn failing(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
     }
 }
 
 #[derive(Default)]
-struct Queue {
-    ops: Vec<StoreOp>,
+pub(crate) struct Queue {
+    pub(crate) ops: Vec<StoreOp>,
     /// The ticket of the last op appended (the first is 1).
-    appended: Ticket,
-    closing: bool,
+    pub(crate) appended: Ticket,
+    pub(crate) closing: bool,
 }
 
 /// How far the written ops reach, and who waits for more. One lock, so a wait registered
@@ -126,25 +173,33 @@ struct Queue {
 struct Durable {
     /// Every op up to this ticket is committed.
     ticket: Ticket,
-    /// A batch failed: no later ticket is reported durable until the store is opened again,
-    /// so nothing that was not stored is acknowledged.
+    /// A batch failed: no later ticket is reported durable until it is written, so nothing
+    /// that was not stored is acknowledged.
     failed: bool,
     waiting: Vec<(Ticket, Arc<Notify>)>,
 }
 
 #[derive(Default)]
-struct Shared {
-    queue: Mutex<Queue>,
-    wake: Condvar,
-    counters: Counters,
+pub(crate) struct Shared {
+    pub(crate) queue: Mutex<Queue>,
+    pub(crate) wake: Condvar,
+    pub(crate) counters: Counters,
     /// An op was appended after close (logged once).
     late_logged: AtomicBool,
     durable: Mutex<Durable>,
+    /// Set while writes fail ([`Store::accepting`] is its negation).
+    failing: AtomicBool,
 }
 
 impl Shared {
+    /// Writes fail (`true`) or work again.
+    pub(crate) fn set_failed(&self, failed: bool) {
+        self.durable.lock().failed = failed;
+        self.failing.store(failed, Ordering::SeqCst);
+    }
+
     /// Every op up to `ticket` is committed: rings those waiting for it.
-    fn advance(&self, ticket: Ticket) {
+    pub(crate) fn advance(&self, ticket: Ticket) {
         let mut durable = self.durable.lock();
         if durable.failed {
             return;
@@ -230,6 +285,10 @@ impl Store for FjallStore {
         self.shared.durable.lock().ticket
     }
 
+    fn accepting(&self) -> bool {
+        !self.shared.failing.load(Ordering::Relaxed)
+    }
+
     fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
         let mut durable = self.shared.durable.lock();
         if durable.ticket >= ticket {
@@ -258,12 +317,17 @@ impl FjallStore {
             },
         })?;
         let shared = Arc::new(Shared::default());
+        shared
+            .counters
+            .queued
+            .store(engine.queued(), Ordering::Relaxed);
         let thread = {
             let shared = shared.clone();
-            let (sync_interval, mode) = (config.sync_interval, config.mode);
+            let sync_interval = config.sync_interval;
+            let writer = Writer::new(dir.clone(), engine, config.mode, config.faults);
             std::thread::Builder::new()
                 .name("hayate-store".into())
-                .spawn(move || run(engine, &shared, sync_interval, mode))
+                .spawn(move || writer::run(writer, &shared, sync_interval))
                 .map_err(|source| StorageError::Dir {
                     dir: dir.clone(),
                     source,
@@ -300,6 +364,10 @@ impl FjallStore {
             batches: c.batches.load(Ordering::Relaxed),
             syncs: c.syncs.load(Ordering::Relaxed),
             write_errors: c.write_errors.load(Ordering::Relaxed),
+            sync_micros: c.sync_micros.load(Ordering::Relaxed),
+            sync_max_micros: c.sync_max_micros.load(Ordering::Relaxed),
+            healthy: !self.shared.failing.load(Ordering::Relaxed),
+            queued: c.queued.load(Ordering::Relaxed),
         }
     }
 
@@ -311,6 +379,24 @@ impl FjallStore {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Bytes the data directory takes (every file in it, walked now).
+    pub fn disk_bytes(&self) -> u64 {
+        fn walk(dir: &Path) -> u64 {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return 0;
+            };
+            entries
+                .flatten()
+                .map(|entry| match entry.metadata() {
+                    Ok(meta) if meta.is_dir() => walk(&entry.path()),
+                    Ok(meta) => meta.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        }
+        walk(&self.dir)
     }
 }
 
@@ -333,166 +419,3 @@ fn engine_error(dir: &Path, error: fjall::Error) -> StorageError {
         },
     }
 }
-
-/// Logs write failures: every failed batch or fsync, except once fjall is poisoned (every
-/// later write fails the same way), then at most once per [`ErrorLog::POISONED_EVERY`].
-#[derive(Debug, Default)]
-struct ErrorLog {
-    last_poisoned_log: Option<Instant>,
-    poisoned_since_log: u64,
-}
-
-impl ErrorLog {
-    const POISONED_EVERY: Duration = Duration::from_secs(10);
-
-    fn failed(&mut self, what: &'static str, error: &fjall::Error, ops: usize) {
-        if !matches!(error, fjall::Error::Poisoned) {
-            tracing::error!(%error, ops, "{what}");
-            return;
-        }
-        self.poisoned_since_log += 1;
-        if self
-            .last_poisoned_log
-            .is_none_or(|at| at.elapsed() >= Self::POISONED_EVERY)
-        {
-            tracing::error!(
-                %error,
-                ops,
-                failures = self.poisoned_since_log,
-                "{what}: the engine refuses writes after an earlier failure; nothing is being \
-                 stored until a restart"
-            );
-            self.last_poisoned_log = Some(Instant::now());
-            self.poisoned_since_log = 0;
-        }
-    }
-}
-
-/// The store thread's state.
-struct Writer {
-    engine: Engine,
-    errors: ErrorLog,
-    /// When the first commit since the last fsync happened.
-    unsynced_since: Option<Instant>,
-}
-
-impl Writer {
-    /// Applies `ops` in order and commits them as one batch. False when the batch (or a read
-    /// it needed) failed; ops refused for their keys count as done (they can never be stored).
-    fn write(&mut self, ops: Vec<StoreOp>, counters: &Counters) -> bool {
-        let count = ops.len();
-        let mut pending = Pending::default();
-        let mut applied = 0u64;
-        let mut refused: Vec<&'static str> = Vec::new();
-        for op in ops {
-            match self.engine.apply(&mut pending, op) {
-                Ok(()) => applied += 1,
-                Err(OpError::Key(what)) => refused.push(what),
-                Err(OpError::Read(error)) => {
-                    Counters::add(&counters.write_errors, 1);
-                    self.errors.failed("store_read_failed", &error, count);
-                    return false;
-                }
-            }
-        }
-        if !refused.is_empty() {
-            Counters::add(&counters.write_errors, refused.len() as u64);
-            tracing::error!(
-                refused = refused.len(),
-                first = refused[0],
-                "store_op_refused: key empty or longer than 65535 bytes"
-            );
-        }
-        if pending.is_empty() {
-            return true;
-        }
-        match self.engine.commit(pending) {
-            Ok(()) => {
-                Counters::add(&counters.ops_committed, applied);
-                Counters::add(&counters.batches, 1);
-                self.unsynced_since.get_or_insert_with(Instant::now);
-                true
-            }
-            Err(error) => {
-                Counters::add(&counters.write_errors, 1);
-                self.errors.failed("store_write_failed", &error, count);
-                false
-            }
-        }
-    }
-
-    /// fsyncs what was committed; false if that failed.
-    fn sync(&mut self, mode: PersistMode, counters: &Counters) -> bool {
-        match self.engine.db.persist(mode) {
-            Ok(()) => {
-                Counters::add(&counters.syncs, 1);
-                self.unsynced_since = None;
-                true
-            }
-            Err(error) => {
-                Counters::add(&counters.write_errors, 1);
-                self.errors.failed("store_sync_failed", &error, 0);
-                // Try again an interval later, not at once.
-                self.unsynced_since = Some(Instant::now());
-                false
-            }
-        }
-    }
-}
-
-/// The store thread: drains the queue, writes each drain as one batch, fsyncs once
-/// `sync_interval` has passed since the first commit after the last fsync (in
-/// [`SyncMode::Sync`]: after every batch, before it counts as durable), and on close writes the
-/// rest and fsyncs with `SyncAll`.
-fn run(engine: Engine, shared: &Shared, sync_interval: Duration, mode: SyncMode) {
-    let mut writer = Writer {
-        engine,
-        errors: ErrorLog::default(),
-        unsynced_since: None,
-    };
-    loop {
-        let (ops, last, closing) = {
-            let mut queue = shared.queue.lock();
-            while queue.ops.is_empty() && !queue.closing {
-                match writer.unsynced_since {
-                    None => shared.wake.wait(&mut queue),
-                    Some(since) => {
-                        let left = sync_interval.saturating_sub(since.elapsed());
-                        if left.is_zero() || shared.wake.wait_for(&mut queue, left).timed_out() {
-                            break;
-                        }
-                    }
-                }
-            }
-            (
-                std::mem::take(&mut queue.ops),
-                queue.appended,
-                queue.closing,
-            )
-        };
-        if !ops.is_empty() {
-            let stored = writer.write(ops, &shared.counters)
-                && (mode == SyncMode::Batched
-                    || writer.sync(PersistMode::SyncData, &shared.counters));
-            if stored {
-                shared.advance(last);
-            } else {
-                shared.durable.lock().failed = true;
-            }
-        }
-        if closing {
-            // `append` refuses ops once `closing` is set, so this drain was the last.
-            writer.sync(PersistMode::SyncAll, &shared.counters);
-            return;
-        }
-        if writer
-            .unsynced_since
-            .is_some_and(|since| since.elapsed() >= sync_interval)
-        {
-            writer.sync(PersistMode::SyncData, &shared.counters);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests;

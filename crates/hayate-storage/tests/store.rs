@@ -8,7 +8,7 @@ use hayate_core::store::{
     SubscriptionData,
 };
 use hayate_core::Message;
-use hayate_storage::{FjallStore, StorageConfig, StorageError, SyncMode};
+use hayate_storage::{Faults, FjallStore, StorageConfig, StorageError, SyncMode};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,6 +20,7 @@ fn open_with(dir: &Path, sync_interval: Duration) -> (Arc<FjallStore>, Recovered
         dir: dir.to_path_buf(),
         sync_interval,
         mode: SyncMode::Batched,
+        faults: None,
     })
     .expect("store opens")
 }
@@ -758,6 +759,61 @@ fn queues_share_message_bodies_and_go_with_their_session() {
             ..StoredQueue::default()
         }]
     );
+}
+
+/// While writes fail nothing more becomes durable and the store says it is not accepting;
+/// once they work again it writes everything appended meanwhile, in order, by itself.
+#[test]
+fn failed_writes_hold_durability_and_recover_by_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let open_faulty = || {
+        let mut config = StorageConfig::new(dir.path());
+        config.faults = Some(faults.clone());
+        FjallStore::open(config).expect("store opens")
+    };
+    let (store, _) = open_faulty();
+    store.append(retain("before", b"1"));
+    wait_until(|| store.durable() == store.appended());
+    faults.set_failing(true);
+    store.append(retain("during", b"2"));
+    let during = store.appended();
+    wait_until(|| !store.accepting());
+    assert!(store.durable() < during, "a failed write is not durable");
+    assert!(!store.stats().healthy);
+    store.append(enqueue("c", 1, 5, 1));
+    store.append(session("c", 60));
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(store.durable() < during, "still failing: still not durable");
+    faults.set_failing(false);
+    wait_until(|| store.accepting() && store.durable() == store.appended());
+    assert!(store.stats().healthy);
+    store.close();
+    drop(store);
+    let (_store, recovered) = open(dir.path());
+    let recovered = sorted(recovered);
+    assert_eq!(
+        recovered
+            .retained
+            .iter()
+            .map(|r| r.0.as_str())
+            .collect::<Vec<_>>(),
+        vec!["before", "during"]
+    );
+    assert_eq!(
+        recovered.queues.len(),
+        1,
+        "the backlog was written in order"
+    );
+    assert_eq!(recovered.messages, vec![stored_message(5)]);
+}
+
+fn wait_until(done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 const CHILD_ENV: &str = "HAYATE_STORAGE_KILL9_DIR";

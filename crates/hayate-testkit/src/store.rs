@@ -19,6 +19,7 @@ pub struct MemoryStore {
     ops: Mutex<Vec<StoreOp>>,
     appended: AtomicU64,
     held: AtomicBool,
+    refusing: AtomicBool,
     durable: AtomicU64,
     waiting: Mutex<Vec<(Ticket, Arc<Notify>)>>,
 }
@@ -41,6 +42,10 @@ impl Store for MemoryStore {
         self.durable.load(Ordering::SeqCst)
     }
 
+    fn accepting(&self) -> bool {
+        !self.refusing.load(Ordering::SeqCst)
+    }
+
     fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {
         if self.durable() >= ticket {
             doorbell.notify_one();
@@ -57,6 +62,11 @@ impl MemoryStore {
     /// From now on, appended ops are durable only once [`MemoryStore::complete`] says so.
     pub fn hold(&self) {
         self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// The store cannot write (`false`, as with a full disk) or can again.
+    pub fn set_accepting(&self, accepting: bool) {
+        self.refusing.store(!accepting, Ordering::SeqCst);
     }
 
     /// Everything appended so far is durable: rings those waiting.

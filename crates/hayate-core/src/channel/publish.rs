@@ -108,6 +108,15 @@ impl Channel {
             return Ok(());
         }
 
+        if publish.qos != QoS::AtMostOnce
+            && self
+                .broker
+                .attached()
+                .is_some_and(|attached| !attached.store.accepting())
+        {
+            return self.refuse_unstorable(&publish, out);
+        }
+
         let expires_at = publish
             .properties
             .message_expiry_interval
@@ -173,10 +182,30 @@ impl Channel {
     }
 
     /// Refuses a v5 publish with an error reason; for QoS 2 the flow ends there, so the packet
-    /// id is free again [MQTT-4.3.3-9].
+    /// id is free again [MQTT-4.3.3-9]. The refusal waits for nothing the store does: the id
+    /// was recorded and forgotten in this same packet, and a refused message is not kept.
     fn refuse_publish(&mut self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
         self.forget_qos2(publish, out);
+        self.journal_ticket = 0;
         self.acknowledge(publish, reason, None, out);
+    }
+
+    /// A QoS 1/2 PUBLISH while the store cannot write (a full disk): it could never be
+    /// acknowledged, so v5 gets 0x97 Quota exceeded (§3.4.2.1) and a v3 connection, which
+    /// cannot be told, is closed. QoS 0 and deliveries go on.
+    fn refuse_unstorable(&mut self, publish: &Publish, out: &mut OutBuf) -> Result<(), Close> {
+        Stats::add(&self.broker.stats.store_refused, 1);
+        tracing::debug!(client_id = ?self.client_id(), "publish_refused_store_unavailable");
+        if self.version.is_v5() {
+            self.refuse_publish(publish, ReasonCode::QUOTA_EXCEEDED, out);
+            return Ok(());
+        }
+        self.forget_qos2(publish, out);
+        Err(self.close_with(
+            ReasonCode::UNSPECIFIED_ERROR,
+            CloseReason::StoreUnavailable,
+            out,
+        ))
     }
 
     fn forget_qos2(&mut self, publish: &Publish, out: &mut OutBuf) {

@@ -1,7 +1,10 @@
 //! Unit tests of the store thread's writer (one batch per drain, same-key order, prefixes).
 use super::*;
 use bytes::Bytes;
+use hayate_core::store::Recovered;
 use hayate_core::store::{SessionRecord, SubscriptionData};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 
 fn retain(topic: &str, payload: &'static [u8]) -> StoreOp {
     StoreOp::PutRetained {
@@ -32,11 +35,20 @@ fn subscribe(client_id: &str, filter: &str) -> StoreOp {
 }
 
 fn writer(dir: &Path) -> Writer {
-    Writer {
-        engine: Engine::open(dir).unwrap(),
-        errors: ErrorLog::default(),
-        unsynced_since: None,
-    }
+    Writer::new(
+        dir.to_path_buf(),
+        Engine::open(dir).unwrap(),
+        SyncMode::Batched,
+        None,
+    )
+}
+
+fn write(w: &mut Writer, ops: Vec<StoreOp>, counters: &Counters) {
+    assert!(w.write(&ops, counters).is_ok(), "the batch is written");
+}
+
+fn sync(w: &mut Writer, counters: &Counters) {
+    assert!(w.sync(PersistMode::SyncData, counters).is_ok(), "fsynced");
 }
 
 fn topics(recovered: &Recovered) -> Vec<(&str, &[u8])> {
@@ -54,7 +66,8 @@ fn within_one_batch_the_last_op_on_a_key_wins() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = writer(dir.path());
     let counters = Counters::default();
-    w.write(
+    write(
+        &mut w,
         vec![
             retain("put-then-delete", b"x"),
             StoreOp::DeleteRetained {
@@ -75,14 +88,20 @@ fn within_one_batch_the_last_op_on_a_key_wins() {
         "one drain, one batch"
     );
     assert_eq!(counters.ops_committed.load(Ordering::Relaxed), 6);
-    let recovered = w.engine.read_all().ok().unwrap();
+    let recovered = w.engine.as_mut().unwrap().read_all().ok().unwrap();
     assert_eq!(
         topics(&recovered),
         vec![("delete-then-put", &b"y"[..]), ("put-put", &b"new"[..])]
     );
     drop(w);
     // The same after the journal is replayed.
-    let recovered = writer(dir.path()).engine.read_all().ok().unwrap();
+    let recovered = writer(dir.path())
+        .engine
+        .as_mut()
+        .unwrap()
+        .read_all()
+        .ok()
+        .unwrap();
     assert_eq!(topics(&recovered).len(), 2);
 }
 
@@ -93,7 +112,8 @@ fn delete_session_in_one_batch() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = writer(dir.path());
     let counters = Counters::default();
-    w.write(
+    write(
+        &mut w,
         vec![
             session("a"),
             subscribe("a", "old"),
@@ -102,7 +122,8 @@ fn delete_session_in_one_batch() {
         ],
         &counters,
     );
-    w.write(
+    write(
+        &mut w,
         vec![
             subscribe("a", "new"),
             StoreOp::DeleteSession {
@@ -132,7 +153,8 @@ fn unstorable_keys_are_counted_not_fatal() {
     let mut w = writer(dir.path());
     let counters = Counters::default();
     let long = "x".repeat(70_000);
-    w.write(
+    write(
+        &mut w,
         vec![
             session(""),
             StoreOp::DeleteSession {
@@ -149,7 +171,7 @@ fn unstorable_keys_are_counted_not_fatal() {
     assert_eq!(counters.write_errors.load(Ordering::Relaxed), 6);
     assert_eq!(counters.ops_committed.load(Ordering::Relaxed), 1);
     assert_eq!(
-        topics(&w.engine.read_all().ok().unwrap()),
+        topics(&w.engine.as_mut().unwrap().read_all().ok().unwrap()),
         vec![("ok", &b"x"[..])]
     );
 }
@@ -162,8 +184,8 @@ fn timing_of_a_batch_of_1000_ops() {
     let mut w = writer(dir.path());
     let counters = Counters::default();
     // Warm up: the first commit creates the journal.
-    w.write(vec![retain("warm", b"x")], &counters);
-    w.sync(PersistMode::SyncData, &counters);
+    write(&mut w, vec![retain("warm", b"x")], &counters);
+    sync(&mut w, &counters);
     let ops: Vec<StoreOp> = (0..1000)
         .map(|i| StoreOp::PutRetained {
             topic: format!("sensors/{i}/temperature"),
@@ -172,10 +194,10 @@ fn timing_of_a_batch_of_1000_ops() {
         })
         .collect();
     let start = Instant::now();
-    w.write(ops, &counters);
+    write(&mut w, ops, &counters);
     let committed = start.elapsed();
     let start = Instant::now();
-    w.sync(PersistMode::SyncData, &counters);
+    sync(&mut w, &counters);
     let synced = start.elapsed();
     assert_eq!(counters.ops_committed.load(Ordering::Relaxed), 1001);
     assert_eq!(counters.write_errors.load(Ordering::Relaxed), 0);

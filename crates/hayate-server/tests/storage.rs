@@ -1,0 +1,55 @@
+//! The server with a data directory (`[storage]`): the store's figures in `$SYS`.
+
+use hayate_codec::{ProtocolVersion, QoS};
+use hayate_testkit::{connect_packet, RawClient, TestBroker};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reports_its_queue_and_fsyncs_in_sys() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_path_buf();
+    let broker = TestBroker::start_with(move |c| {
+        c.storage.dir = Some(path);
+        c.storage.sync_interval_ms = 10;
+        c.server.sys_interval_secs = 1;
+    })
+    .await;
+    let v = ProtocolVersion::V311;
+    let mut device = RawClient::connect_tcp(broker.addr, v).await;
+    device.connect(connect_packet(v, "device", false)).await;
+    device.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    drop(device);
+    let mut publisher = RawClient::connect_tcp(broker.addr, v).await;
+    publisher
+        .connect(connect_packet(v, "publisher", true))
+        .await;
+    for n in 1..=5u16 {
+        publisher
+            .publish("q/x", b"m", QoS::AtLeastOnce, false, n)
+            .await;
+    }
+    let mut watcher = RawClient::connect_tcp(broker.addr, v).await;
+    watcher.connect(connect_packet(v, "watcher", true)).await;
+    watcher
+        .subscribe("$SYS/broker/store/#", QoS::AtMostOnce, 1)
+        .await;
+    let mut seen = std::collections::BTreeMap::new();
+    // Retained values may predate the publishes; updates follow every second.
+    for _ in 0..60 {
+        let message = watcher.recv_publish().await;
+        seen.insert(
+            message.topic.to_string(),
+            String::from_utf8_lossy(&message.payload).into_owned(),
+        );
+        let value = |topic: &str| seen.get(topic).map(String::as_str);
+        if value("$SYS/broker/store/queued messages") == Some("5")
+            && value("$SYS/broker/store/fsyncs").is_some_and(|n| n != "0")
+        {
+            assert_eq!(value("$SYS/broker/store/state"), Some("ok"));
+            assert_eq!(value("$SYS/broker/store/refused"), Some("0"));
+            let bytes: u64 = value("$SYS/broker/store/bytes").unwrap().parse().unwrap();
+            assert!(bytes > 0, "the data directory has files");
+            return;
+        }
+    }
+    panic!("the store never reported 5 queued messages and an fsync: {seen:?}");
+}

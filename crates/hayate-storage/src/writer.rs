@@ -1,0 +1,307 @@
+//! The store thread (`hayate-store`): it drains the appended ops, writes each drain as one
+//! fjall batch, fsyncs, and moves the durable ticket. Its states:
+//!
+//! ```text
+//!            write or fsync fails
+//! Healthy ----------------------------> Failed { backlog }
+//!    ^                                     |  every RETRY_EVERY: drop the engine, open it
+//!    |     reopened, backlog written       |  again (fjall truncates a torn batch), write
+//!    +-------------------------------------+  the backlog (and fsync it)
+//! ```
+//!
+//! While `Failed`, nothing more is reported durable (so nothing more is acknowledged), the
+//! store is not [accepting](hayate_core::store::Store::accepting) (the core refuses QoS 1/2
+//! publishes), and every op appended meanwhile joins the backlog in order, so that once the
+//! disk has room again everything is written as if nothing had happened. A full disk
+//! (ENOSPC), an I/O error and a poisoned engine all take this path.
+
+use crate::engine::{Engine, OpError, Pending};
+use crate::store::{Counters, Faults, Shared, SyncMode};
+use fjall::PersistMode;
+use hayate_core::store::{StoreOp, Ticket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a failed store tries to open its engine again.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// Failure log lines after the first: at most one per this interval, with a count.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Logs failures: the first at once, later ones at most once per [`LOG_EVERY`] with a count.
+#[derive(Debug, Default)]
+struct ErrorLog {
+    last_log: Option<Instant>,
+    since_log: u64,
+}
+
+impl ErrorLog {
+    fn failed(&mut self, what: &'static str, error: &dyn std::fmt::Display, ops: usize) {
+        self.since_log += 1;
+        if self.last_log.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+            tracing::error!(
+                %error,
+                ops,
+                failures = self.since_log,
+                "{what}: QoS 1/2 publishes are refused and acknowledgements held until the store \
+                 can write again (retried every second)"
+            );
+            self.last_log = Some(Instant::now());
+            self.since_log = 0;
+        }
+    }
+}
+
+/// Why a write did not happen.
+enum WriteError {
+    Engine(fjall::Error),
+    Injected,
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Engine(error) => error.fmt(f),
+            WriteError::Injected => f.write_str("injected write failure (test)"),
+        }
+    }
+}
+
+/// The store thread's state.
+pub(crate) struct Writer {
+    dir: PathBuf,
+    /// `None` while the engine is dropped to be opened again.
+    engine: Option<Engine>,
+    mode: SyncMode,
+    faults: Option<Arc<Faults>>,
+    errors: ErrorLog,
+    /// When the first commit since the last fsync happened.
+    unsynced_since: Option<Instant>,
+    /// `Failed`: the ops not written yet, in order, and the ticket of the last.
+    backlog: Option<(Vec<StoreOp>, Ticket)>,
+    next_retry: Instant,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        dir: PathBuf,
+        engine: Engine,
+        mode: SyncMode,
+        faults: Option<Arc<Faults>>,
+    ) -> Writer {
+        Writer {
+            dir,
+            engine: Some(engine),
+            mode,
+            faults,
+            errors: ErrorLog::default(),
+            unsynced_since: None,
+            backlog: None,
+            next_retry: Instant::now(),
+        }
+    }
+
+    fn injected(&self) -> bool {
+        self.faults.as_ref().is_some_and(|faults| faults.failing())
+    }
+
+    /// Applies `ops` in order and commits them as one batch (and fsyncs it in `sync` mode).
+    /// Ops refused for their keys count as done: they can never be stored.
+    fn write(&mut self, ops: &[StoreOp], counters: &Counters) -> Result<(), WriteError> {
+        if self.injected() {
+            return Err(WriteError::Injected);
+        }
+        let engine = self.engine.as_mut().ok_or(WriteError::Injected)?;
+        let mut pending = Pending::default();
+        let mut applied = 0u64;
+        let mut refused: Vec<&'static str> = Vec::new();
+        for op in ops {
+            match engine.apply(&mut pending, op) {
+                Ok(()) => applied += 1,
+                Err(OpError::Key(what)) => refused.push(what),
+                Err(OpError::Read(error)) => return Err(WriteError::Engine(error)),
+            }
+        }
+        if !refused.is_empty() {
+            Counters::add(&counters.write_errors, refused.len() as u64);
+            tracing::error!(
+                refused = refused.len(),
+                first = refused[0],
+                "store_op_refused: key empty or longer than 65535 bytes"
+            );
+        }
+        if !pending.is_empty() {
+            engine.commit(pending).map_err(WriteError::Engine)?;
+            counters.committed(applied, engine.queued());
+            self.unsynced_since.get_or_insert_with(Instant::now);
+        }
+        if self.mode == SyncMode::Sync {
+            self.sync(PersistMode::SyncData, counters)?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs what was committed.
+    fn sync(&mut self, mode: PersistMode, counters: &Counters) -> Result<(), WriteError> {
+        if self.injected() {
+            return Err(WriteError::Injected);
+        }
+        let Some(engine) = &self.engine else {
+            return Err(WriteError::Injected);
+        };
+        let started = Instant::now();
+        engine.db.persist(mode).map_err(WriteError::Engine)?;
+        counters.record_sync(started.elapsed());
+        self.unsynced_since = None;
+        Ok(())
+    }
+
+    /// Writes one drain (`ops`, the last with ticket `last`), or adds it to the backlog.
+    pub(crate) fn drain(&mut self, ops: Vec<StoreOp>, last: Ticket, shared: &Shared) {
+        if let Some((backlog, backlog_last)) = &mut self.backlog {
+            backlog.extend(ops);
+            *backlog_last = last;
+            return;
+        }
+        if ops.is_empty() {
+            return;
+        }
+        match self.write(&ops, &shared.counters) {
+            Ok(()) => shared.advance(last),
+            Err(error) => self.fail("store_write_failed", &error, ops, last, shared),
+        }
+    }
+
+    fn fail(
+        &mut self,
+        what: &'static str,
+        error: &WriteError,
+        ops: Vec<StoreOp>,
+        last: Ticket,
+        shared: &Shared,
+    ) {
+        Counters::add(&shared.counters.write_errors, 1);
+        self.errors.failed(what, error, ops.len());
+        shared.set_failed(true);
+        self.backlog = Some((ops, last));
+        self.next_retry = Instant::now() + RETRY_EVERY;
+    }
+
+    /// How long the thread may sleep before [`Writer::tick`] has something to do.
+    pub(crate) fn next_deadline(&self, sync_interval: Duration) -> Option<Instant> {
+        if self.backlog.is_some() {
+            return Some(self.next_retry);
+        }
+        self.unsynced_since.map(|since| since + sync_interval)
+    }
+
+    /// The periodic work: the batched-mode fsync when due, or a retry while failed.
+    pub(crate) fn tick(&mut self, sync_interval: Duration, shared: &Shared) {
+        if self.backlog.is_some() {
+            if Instant::now() >= self.next_retry {
+                self.retry(shared);
+            }
+            return;
+        }
+        if self
+            .unsynced_since
+            .is_some_and(|since| since.elapsed() >= sync_interval)
+        {
+            if let Err(error) = self.sync(PersistMode::SyncData, &shared.counters) {
+                // Committed but not fsynced: still safe from a kill -9, and this mode's
+                // acknowledgements did not wait for it. Try again an interval later.
+                Counters::add(&shared.counters.write_errors, 1);
+                self.errors.failed("store_sync_failed", &error, 0);
+                self.unsynced_since = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Drops the engine, opens it again and writes the backlog.
+    fn retry(&mut self, shared: &Shared) {
+        self.next_retry = Instant::now() + RETRY_EVERY;
+        if self.injected() {
+            return;
+        }
+        // fjall refuses every write once poisoned: only a new instance writes again.
+        self.engine = None;
+        let mut engine = match Engine::open(&self.dir) {
+            Ok(engine) => engine,
+            Err(error) => {
+                self.errors.failed("store_reopen_failed", &error, 0);
+                return;
+            }
+        };
+        if let Err(error) = engine.count_references() {
+            self.errors.failed("store_reopen_failed", &error, 0);
+            return;
+        }
+        self.engine = Some(engine);
+        let Some((ops, last)) = self.backlog.take() else {
+            return;
+        };
+        match self.write(&ops, &shared.counters) {
+            Ok(()) => {
+                tracing::info!(ops = ops.len(), "store_recovered");
+                self.errors = ErrorLog::default();
+                shared.set_failed(false);
+                shared.advance(last);
+            }
+            Err(error) => self.fail("store_write_failed", &error, ops, last, shared),
+        }
+    }
+
+    /// At close: writes what is left (one more try if failed) and fsyncs with `SyncAll`.
+    pub(crate) fn close(&mut self, shared: &Shared) {
+        if self.backlog.is_some() {
+            self.retry(shared);
+        }
+        if let Some((ops, _)) = &self.backlog {
+            tracing::error!(
+                ops = ops.len(),
+                "store_closed_with_unwritten_ops: they were never acknowledged"
+            );
+            return;
+        }
+        if let Err(error) = self.sync(PersistMode::SyncAll, &shared.counters) {
+            Counters::add(&shared.counters.write_errors, 1);
+            tracing::error!(%error, "store_sync_failed at close");
+        }
+    }
+}
+
+/// The store thread: waits for ops (or the next deadline), drains them, writes them.
+pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) {
+    loop {
+        let (ops, last, closing) = {
+            let mut queue = shared.queue.lock();
+            while queue.ops.is_empty() && !queue.closing {
+                match writer.next_deadline(sync_interval) {
+                    None => shared.wake.wait(&mut queue),
+                    Some(at) => {
+                        if Instant::now() >= at
+                            || shared.wake.wait_until(&mut queue, at).timed_out()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+            (
+                std::mem::take(&mut queue.ops),
+                queue.appended,
+                queue.closing,
+            )
+        };
+        writer.drain(ops, last, shared);
+        if closing {
+            // `append` refuses ops once `closing` is set, so this drain was the last.
+            writer.close(shared);
+            return;
+        }
+        writer.tick(sync_interval, shared);
+    }
+}
+
+#[cfg(test)]
+mod tests;
