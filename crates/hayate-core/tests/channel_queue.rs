@@ -274,3 +274,25 @@ fn while_the_store_cannot_write_qos1_and_qos2_publishes_are_refused_and_qos0_flo
     v5.publish("cmd/e", b"e", QoS::AtLeastOnce).unwrap();
     assert!(matches!(&v5.received()[..], [Packet::PubAck(ack)] if ack.reason_code.0 == 0));
 }
+
+#[test]
+fn a_store_failure_closes_a_connection_whose_acknowledgements_are_held() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    let mut device = persistent(&h, "device");
+    device.subscribe("cmd/#", QoS::AtLeastOnce);
+    device.finish();
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    store.hold();
+    publisher.publish("cmd/a", b"a", QoS::AtLeastOnce).unwrap();
+    // The write of "a" fails: its PUBACK stays held, and a refusal cannot overtake it.
+    store.set_accepting(false);
+    let closed = publisher
+        .publish("cmd/b", b"b", QoS::AtLeastOnce)
+        .unwrap_err();
+    assert_eq!(closed.reason, hayate_core::CloseReason::StoreUnavailable);
+    assert!(
+        matches!(&publisher.received()[..], [Packet::Disconnect(d)] if d.reason_code.0 == 0x97),
+        "DISCONNECT Quota exceeded, and no PUBACK for what was not stored"
+    );
+}

@@ -192,17 +192,20 @@ impl Channel {
 
     /// A QoS 1/2 PUBLISH while the store cannot write (a full disk): it could never be
     /// acknowledged, so v5 gets 0x97 Quota exceeded (§3.4.2.1) and a v3 connection, which
-    /// cannot be told, is closed. QoS 0 and deliveries go on.
+    /// cannot be told, is closed. So is a connection with acknowledgements held for the store:
+    /// the refusal would have to wait behind them [MQTT-4.6.0-2], and they cannot be sent
+    /// while nothing is stored (the client sends those messages again when it reconnects).
+    /// QoS 0 and deliveries go on.
     fn refuse_unstorable(&mut self, publish: &Publish, out: &mut OutBuf) -> Result<(), Close> {
         Stats::add(&self.broker.stats.store_refused, 1);
         tracing::debug!(client_id = ?self.client_id(), "publish_refused_store_unavailable");
-        if self.version.is_v5() {
+        if self.version.is_v5() && self.held.is_none() {
             self.refuse_publish(publish, ReasonCode::QUOTA_EXCEEDED, out);
             return Ok(());
         }
         self.forget_qos2(publish, out);
         Err(self.close_with(
-            ReasonCode::UNSPECIFIED_ERROR,
+            ReasonCode::QUOTA_EXCEEDED,
             CloseReason::StoreUnavailable,
             out,
         ))
