@@ -98,7 +98,7 @@ class Broker:
                         f"persistence true\npersistence_location {self.data}/\n"
                         "max_queued_messages 0\n")
             return ["mosquitto", "-c", conf]
-        return [self.args.hayate, "serve", "--log-level", "warn", "-l", f"127.0.0.1:{port}",
+        return [self.args.hayate, "serve", "--log-level", os.environ.get("KQ_LOG", "warn"), "-l", f"127.0.0.1:{port}",
                 "--data-dir", self.data, "--durability", self.args.durability]
 
     def start(self):
@@ -274,6 +274,9 @@ def wait_quiet(subs, quiet, limit):
         time.sleep(0.05)
 
 
+MISSING = {}  # subscriber -> the messages it misses (for the report)
+
+
 def check(sub, pubs):
     """Counts for one subscriber against everything acknowledged so far."""
     r = collections.Counter()
@@ -287,6 +290,7 @@ def check(sub, pubs):
         for seq, rnd in p.acked.items():
             if not counts[seq]:
                 r[f"missing_q{p.qos}"] += 1
+                MISSING.setdefault(sub.name, set()).add(f"{p.name}:{seq}")
                 r["stuck"] += f"{p.name}:{seq}" in stuck
                 by_round[rnd] += 1
         if p.qos == 2:
@@ -403,6 +407,7 @@ def main():
                 named = {("final" if k > args.rounds else k): n
                          for k, n in sorted(by_round.items())}
                 print(f"    missing by round acknowledged: {named}")
+                print(f"    missing: {sorted(MISSING.get(s.name, ()))[:10]}")
         for x in pubs + subs:
             x.c.disconnect()
             x.stop()

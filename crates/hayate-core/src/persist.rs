@@ -124,6 +124,14 @@ impl Attached {
         (entry, body)
     }
 
+    /// Opens a store group ([`Store::begin_group`]), closed when the guard drops.
+    pub(crate) fn group(&self) -> Group<'_> {
+        Group {
+            store: &*self.store,
+            id: self.store.begin_group(),
+        }
+    }
+
     /// The broker-clock instant of `unix_ms`.
     fn instant(&self, unix_ms: u64) -> Instant {
         if unix_ms >= self.base_unix_ms {
@@ -133,6 +141,19 @@ impl Attached {
                 .checked_sub(Duration::from_millis(self.base_unix_ms - unix_ms))
                 .unwrap_or(self.base)
         }
+    }
+}
+
+/// An open store group; closes it when dropped (also on a panic, so the store never waits on
+/// a group nobody will close).
+pub(crate) struct Group<'a> {
+    store: &'a dyn Store,
+    id: u64,
+}
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        self.store.end_group(self.id);
     }
 }
 

@@ -244,6 +244,20 @@ pub trait Store: Send + Sync + Debug {
         Ticket::MAX
     }
 
+    /// Opens a group: every op appended from now until [`Store::end_group`] is called with
+    /// the returned id (by any thread) is written in one batch, so a crash keeps all of them
+    /// or none. Used around the routing of a QoS 2 PUBLISH: a crash that kept only some of
+    /// its queue entries would make the publisher's resend deliver it twice to the others.
+    /// The default store writes every op on its own.
+    fn begin_group(&self) -> u64 {
+        0
+    }
+
+    /// Closes a group opened by [`Store::begin_group`].
+    fn end_group(&self, group: u64) {
+        let _ = group;
+    }
+
     /// False while the store cannot write (a full disk, an I/O error): QoS 1/2 publishes are
     /// refused then, since they could not be acknowledged.
     fn accepting(&self) -> bool {

@@ -4,7 +4,7 @@
 //! were durable when the old one stopped (`MemoryStore::durable_ops`).
 
 use hayate_codec::{Packet, PubResp, Publish, QoS};
-use hayate_core::store::StoreOp;
+use hayate_core::store::{Store, StoreOp};
 use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
 use hayate_testkit::store::{fold, MemoryStore};
 use std::sync::Arc;
@@ -295,4 +295,54 @@ fn a_store_failure_closes_a_connection_whose_acknowledgements_are_held() {
         matches!(&publisher.received()[..], [Packet::Disconnect(d)] if d.reason_code.0 == 0x97),
         "DISCONNECT Quota exceeded, and no PUBACK for what was not stored"
     );
+}
+
+/// A crash may keep any prefix of what was appended. For every prefix of the ops one QoS 2
+/// PUBLISH makes, the publisher (which got no PUBREC unless all of it was kept) sends the
+/// PUBLISH again after the restart, and each subscriber gets the message exactly once.
+#[test]
+fn every_crash_point_of_a_qos2_publish_delivers_it_exactly_once() {
+    let h = CoreHarness::new();
+    let store = attached(&h);
+    for client in ["a", "b"] {
+        let mut device = persistent(&h, client);
+        device.subscribe("cmd/#", QoS::ExactlyOnce);
+        device.finish();
+    }
+    let mut publisher = persistent(&h, "pub");
+    let before = store.take();
+    let base = store.appended();
+    let publish = hayate_testkit::publish_packet("cmd/x", b"x", QoS::ExactlyOnce, false, Some(7));
+    publisher.send(Packet::Publish(publish.clone())).unwrap();
+    let during = store.take();
+    assert!(
+        matches!(
+            during.last(),
+            Some(StoreOp::InboundQos2 { awaiting: true, .. })
+        ),
+        "the id is stored after the entries: {during:?}"
+    );
+    let cuts: Vec<usize> = (0..=during.len())
+        .filter(|cut| store.may_crash_after(base + *cut as u64))
+        .collect();
+    assert_eq!(cuts, vec![0, during.len()], "one group: all or nothing");
+    for cut in cuts {
+        let mut kept = before.clone();
+        kept.extend_from_slice(&during[..cut]);
+        let (h2, _) = restart(&kept);
+        let mut publisher = persistent(&h2, "pub");
+        let mut again = publish.clone();
+        again.dup = true;
+        publisher.send(Packet::Publish(again)).unwrap();
+        assert!(matches!(publisher.received()[..], [Packet::PubRec(_)]));
+        for client in ["a", "b"] {
+            let mut device = persistent(&h2, client);
+            assert_eq!(
+                payloads(&device.transmit_publishes()),
+                vec!["x"],
+                "{client}, crash after {cut} of {} ops",
+                during.len()
+            );
+        }
+    }
 }

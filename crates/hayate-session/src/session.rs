@@ -489,12 +489,18 @@ impl Session {
                 return Err(SessionError::ReceiveMaximumExceeded);
             }
             inbound_qos2.insert(id.get());
-            self.record(|| JournalEvent::InboundQos2 {
-                packet_id: id.get(),
-                awaiting: true,
-            });
         }
         Ok(InboundPublish::Route)
+    }
+
+    /// A new inbound QoS 2 message was routed: its packet id is recorded as awaiting PUBREL
+    /// only now, after every queue entry routing made, so that a store that has the id has
+    /// the entries too (a PUBLISH sent again after a restart is then rightly not routed again).
+    pub fn inbound_qos2_routed(&mut self, id: PacketId) {
+        self.record(|| JournalEvent::InboundQos2 {
+            packet_id: id.get(),
+            awaiting: true,
+        });
     }
 
     /// Forgets an inbound QoS 2 message whose PUBREC was refused (v5 error reason), so the id

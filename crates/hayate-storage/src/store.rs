@@ -165,6 +165,29 @@ pub(crate) struct Queue {
     /// The ticket of the last op appended (the first is 1).
     pub(crate) appended: Ticket,
     pub(crate) closing: bool,
+    /// The first ticket of every open group ([`Store::begin_group`]): a drain stops before
+    /// the earliest, so a group's ops go into one batch.
+    open_groups: Vec<Ticket>,
+}
+
+impl Queue {
+    /// How many of the queued ops a drain may take now (all of them at close).
+    pub(crate) fn ready(&self) -> usize {
+        let first = self.appended + 1 - self.ops.len() as Ticket;
+        match self.open_groups.iter().min() {
+            Some(&start) if !self.closing => start.saturating_sub(first) as usize,
+            _ => self.ops.len(),
+        }
+        .min(self.ops.len())
+    }
+
+    /// Takes the ops a drain may take, with the ticket of the last one taken.
+    pub(crate) fn take_ready(&mut self) -> (Vec<StoreOp>, Ticket) {
+        let ready = self.ready();
+        let left = self.ops.split_off(ready);
+        let taken = std::mem::replace(&mut self.ops, left);
+        (taken, self.appended - self.ops.len() as Ticket)
+    }
 }
 
 /// How far the written ops reach, and who waits for more. One lock, so a wait registered
@@ -287,6 +310,25 @@ impl Store for FjallStore {
 
     fn accepting(&self) -> bool {
         !self.shared.failing.load(Ordering::Relaxed)
+    }
+
+    fn begin_group(&self) -> u64 {
+        let mut queue = self.shared.queue.lock();
+        let start = queue.appended + 1;
+        queue.open_groups.push(start);
+        start
+    }
+
+    fn end_group(&self, group: u64) {
+        let mut queue = self.shared.queue.lock();
+        if let Some(at) = queue.open_groups.iter().position(|start| *start == group) {
+            queue.open_groups.swap_remove(at);
+        }
+        let ready = queue.ready() > 0;
+        drop(queue);
+        if ready {
+            self.shared.wake.notify_one();
+        }
     }
 
     fn notify_when_durable(&self, ticket: Ticket, doorbell: Arc<Notify>) {

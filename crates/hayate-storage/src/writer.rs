@@ -275,7 +275,7 @@ pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) 
     loop {
         let (ops, last, closing) = {
             let mut queue = shared.queue.lock();
-            while queue.ops.is_empty() && !queue.closing {
+            while queue.ready() == 0 && !queue.closing {
                 match writer.next_deadline(sync_interval) {
                     None => shared.wake.wait(&mut queue),
                     Some(at) => {
@@ -287,11 +287,8 @@ pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) 
                     }
                 }
             }
-            (
-                std::mem::take(&mut queue.ops),
-                queue.appended,
-                queue.closing,
-            )
+            let (ops, last) = queue.take_ready();
+            (ops, last, queue.closing)
         };
         writer.drain(ops, last, shared);
         if closing {

@@ -808,6 +808,25 @@ fn failed_writes_hold_durability_and_recover_by_themselves() {
     assert_eq!(recovered.messages, vec![stored_message(5)]);
 }
 
+/// Ops appended while a group is open are written together once it closes, never in part;
+/// ops appended before it go on being written.
+#[test]
+fn a_group_is_written_in_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path());
+    store.append(retain("before", b"1"));
+    let group = store.begin_group();
+    store.append(enqueue("c", 1, 5, 2));
+    wait_until(|| store.durable() == 1);
+    store.append(enqueue("d", 1, 5, 2));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(store.durable(), 1, "nothing of an open group is written");
+    let batches = store.stats().batches;
+    store.end_group(group);
+    wait_until(|| store.durable() == store.appended());
+    assert_eq!(store.stats().batches, batches + 1, "in one batch");
+}
+
 fn wait_until(done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !done() {

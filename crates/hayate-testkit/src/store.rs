@@ -22,6 +22,8 @@ pub struct MemoryStore {
     refusing: AtomicBool,
     durable: AtomicU64,
     waiting: Mutex<Vec<(Ticket, Arc<Notify>)>>,
+    /// Groups: first ticket and, once closed, the last ticket appended while open.
+    groups: Mutex<Vec<(Ticket, Option<Ticket>)>>,
 }
 
 impl Store for MemoryStore {
@@ -40,6 +42,17 @@ impl Store for MemoryStore {
 
     fn durable(&self) -> Ticket {
         self.durable.load(Ordering::SeqCst)
+    }
+
+    fn begin_group(&self) -> u64 {
+        let mut groups = self.groups.lock().expect("not poisoned");
+        groups.push((self.appended() + 1, None));
+        groups.len() as u64 - 1
+    }
+
+    fn end_group(&self, group: u64) {
+        let mut groups = self.groups.lock().expect("not poisoned");
+        groups[group as usize].1 = Some(self.appended());
     }
 
     fn accepting(&self) -> bool {
@@ -83,6 +96,16 @@ impl MemoryStore {
                 }
                 !due
             });
+    }
+
+    /// Whether a crash may keep exactly the ops up to `ticket`: a real store writes a group
+    /// in one batch, so it never keeps part of one.
+    pub fn may_crash_after(&self, ticket: Ticket) -> bool {
+        let groups = self.groups.lock().expect("not poisoned");
+        groups.iter().all(|(start, last)| match last {
+            Some(last) => ticket < *start || ticket >= *last,
+            None => ticket < *start,
+        })
     }
 
     /// Takes the ops appended since the last take.

@@ -138,7 +138,15 @@ impl Channel {
             }
             _ => message,
         };
+        // A QoS 2 message's queue entries and its inbound id are stored all or none.
+        let group = (publish.qos == QoS::ExactlyOnce)
+            .then(|| broker.attached().map(|attached| attached.group()))
+            .flatten();
         let outcome = self.broker.publish(Arc::new(message), now, wake);
+        if let (QoS::ExactlyOnce, Some(id)) = (publish.qos, publish.packet_id) {
+            self.with_session(out, |state, _| state.session.inbound_qos2_routed(id))?;
+        }
+        drop(group);
         if let Some(congested) = outcome.congested {
             self.wait_on(congested);
         }
