@@ -13,9 +13,11 @@
 //!   which are made again after a restart. Expired retained messages are dropped at restore;
 //! - a persisted session keeps a journal (`hayate_session`'s `JournalEvent`s) of its queued
 //!   QoS 1/2 messages, their acknowledgements and its inbound QoS 2 ids, written by
-//!   [`Attached::flush`] under the session's lock after every change. A message body is
-//!   written once (`PutMessage`, under the id in `Message::store_id`) before the first entry
-//!   that refers to it.
+//!   `Attached::flush` under the session's lock after every change. Each queued message gets
+//!   an id for good (`Message::store_id`); the store writes its body once, with the first
+//!   entry that refers to it, and removes it with the last;
+//! - the ops of one QoS 2 PUBLISH (its queue entries, then its inbound id) form one store
+//!   group, written all or none.
 //!
 //! The store keeps its order, so ops are appended while the lock that orders the change in
 //! memory is held (the session's lock, the retained tree's lock).
