@@ -97,9 +97,6 @@ pub struct Channel {
     /// Acknowledgements waiting for the store (`held.rs`). Boxed: most connections never
     /// hold one.
     held: Option<Box<held::HeldAcks>>,
-    /// The store ticket covering what the session's journal wrote while handling the current
-    /// packet (0: nothing): the acknowledgement that answers the packet waits for it.
-    journal_ticket: crate::store::Ticket,
     /// When the input being handled reached the broker (stamped on messages and
     /// subscriptions for arrival order, `crate::arrival`).
     arrival: Arrival,
@@ -119,7 +116,6 @@ impl Channel {
             last_input: now,
             arrival: Arrival::UNKNOWN,
             held: None,
-            journal_ticket: 0,
             input_ended: false,
             gate: None,
             broker,
@@ -185,7 +181,6 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         Stats::add(&self.broker.stats.messages_received, 1);
-        self.journal_ticket = 0;
         match self.phase {
             Phase::AwaitConnect => match packet {
                 Packet::Connect(connect) => self.handle_connect(*connect, now, out, wake),
@@ -231,8 +226,9 @@ impl Channel {
                 self.poll_transmit(now, out)
             }
             Packet::PubRel(rel) => {
-                let known =
-                    self.with_session(out, |state, _| state.session.handle_pubrel(rel.packet_id))?;
+                let (known, ticket) = self.with_session_ticket(out, |state, _| {
+                    state.session.handle_pubrel(rel.packet_id)
+                })?;
                 // [MQTT-4.3.3-11] always answer PUBCOMP; v5 says whether the id was known.
                 let reason = if known || !self.version.is_v5() {
                     ReasonCode::SUCCESS
@@ -245,7 +241,6 @@ impl Channel {
                     properties: Properties::default(),
                 };
                 // Once the client has PUBCOMP it may reuse the id: the release is stored first.
-                let ticket = self.take_journal_ticket();
                 self.send_ack(ticket, Packet::PubComp(comp), out);
                 Ok(())
             }
@@ -406,6 +401,16 @@ impl Channel {
         out: &mut OutBuf,
         f: impl FnOnce(&mut SessionState, &mut OutBuf) -> R,
     ) -> Result<R, Close> {
+        self.with_session_ticket(out, f).map(|(result, _)| result)
+    }
+
+    /// [`Channel::with_session`], also returning the store ticket that covers what the
+    /// session's journal wrote meanwhile (what an acknowledgement of it must wait for).
+    fn with_session_ticket<R>(
+        &mut self,
+        out: &mut OutBuf,
+        f: impl FnOnce(&mut SessionState, &mut OutBuf) -> R,
+    ) -> Result<(R, Option<crate::store::Ticket>), Close> {
         let Some(cell) = self.cell.clone() else {
             return Err(Close::new(
                 ReasonCode::PROTOCOL_ERROR,
@@ -424,17 +429,11 @@ impl Channel {
             ));
         }
         let result = f(&mut state, out);
-        if let Some(attached) = self.broker.attached() {
-            if let Some(ticket) = attached.flush(&cell.client_id, &mut state) {
-                self.journal_ticket = self.journal_ticket.max(ticket);
-            }
-        }
-        Ok(result)
-    }
-
-    /// The ticket of what the session's journal wrote for the current packet, if anything.
-    fn take_journal_ticket(&mut self) -> Option<crate::store::Ticket> {
-        Some(std::mem::take(&mut self.journal_ticket)).filter(|ticket| *ticket != 0)
+        let ticket = self
+            .broker
+            .attached()
+            .and_then(|attached| attached.flush(&cell.client_id, &mut state));
+        Ok((result, ticket))
     }
 
     fn write(&self, packet: &Packet, out: &mut OutBuf) {

@@ -143,8 +143,12 @@ impl Channel {
             .then(|| broker.attached().map(|attached| attached.group()))
             .flatten();
         let outcome = self.broker.publish(Arc::new(message), now, wake);
+        let mut stored = outcome.stored;
         if let (QoS::ExactlyOnce, Some(id)) = (publish.qos, publish.packet_id) {
-            self.with_session(out, |state, _| state.session.inbound_qos2_routed(id))?;
+            let (_, ticket) = self.with_session_ticket(out, |state, _| {
+                state.session.inbound_qos2_routed(id)
+            })?;
+            stored = stored.max(ticket);
         }
         drop(group);
         if let Some(congested) = outcome.congested {
@@ -155,7 +159,7 @@ impl Channel {
         } else {
             ReasonCode::SUCCESS
         };
-        self.acknowledge(&publish, reason, outcome.stored, out);
+        self.acknowledge(&publish, reason, stored, out);
         Ok(())
     }
 
@@ -171,7 +175,6 @@ impl Channel {
         let Some(packet_id) = publish.packet_id else {
             return;
         };
-        let stored = stored.max(self.take_journal_ticket());
         let reason = if self.version.is_v5() {
             reason
         } else {
@@ -194,7 +197,6 @@ impl Channel {
     /// was recorded and forgotten in this same packet, and a refused message is not kept.
     fn refuse_publish(&mut self, publish: &Publish, reason: ReasonCode, out: &mut OutBuf) {
         self.forget_qos2(publish, out);
-        self.journal_ticket = 0;
         self.acknowledge(publish, reason, None, out);
     }
 
