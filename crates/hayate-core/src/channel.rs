@@ -305,15 +305,22 @@ impl Channel {
             // A stored session's PUBRELs and QoS 2 PUBLISHes wait for the store.
             let waiting = durable.and_then(|durable| state.session.confirm(durable));
             let report = state.session.poll_transmit(now, out);
+            // A stored session whose queue is on disk reads the next page as it runs low.
+            let page = state.session.take_page_request();
             // Progress (or drained to the low-water mark) for the publishers paused on us.
             let hint = state.congestion.after_transmit(&state.session, now);
-            (report, hint, waiting)
+            (report, hint, waiting, page)
         })?;
-        let (report, hint, waiting) = report;
+        let (report, hint, waiting, page) = report;
         if let (Some(ticket), Some(attached)) = (waiting, broker.attached()) {
             attached
                 .store
                 .notify_when_durable(ticket, self.doorbell.clone());
+        }
+        if let (Some((from_seq, max)), Some(attached), Some(cell)) =
+            (page, broker.persistence.get(), &self.cell)
+        {
+            attached.read_page(cell, from_seq, max);
         }
         if let Some(cell) = &self.cell {
             broker.router.apply_hint(cell, hint);

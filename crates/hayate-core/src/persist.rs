@@ -26,15 +26,16 @@ use crate::broker::Broker;
 use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
 use crate::router::SubEntry;
 use crate::store::{
-    MessageBody, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
-    SubscriptionData, Ticket,
+    MessageBody, PageEntry, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage,
+    StoredQueue, SubscriptionData, Ticket,
 };
 use bytes::{Bytes, BytesMut};
 use hayate_codec::{Packet, ProtocolVersion, Publish, QoS, SubscriptionOptions};
 use hayate_session::{Delivery, JournalEvent, Message};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// A store attached to a broker, with the broker clock's relation to the wall clock (stored
@@ -46,6 +47,9 @@ pub struct Attached {
     base_unix_ms: u64,
     /// The next id for a stored message body.
     next_message_id: AtomicU64,
+    /// Message bodies read back from the store and still in use, by id: sessions reading the
+    /// same message share one copy.
+    bodies: Mutex<HashMap<u64, Weak<Message>>>,
 }
 
 impl Attached {
@@ -126,6 +130,77 @@ impl Attached {
         (entry, body)
     }
 
+    /// Asks the store for a page of `cell`'s queue from `from_seq` on; when it comes, the page
+    /// goes into the session ([`hayate_session::Session::apply_page`]) and the connection is
+    /// woken. Runs the reply on the store's thread.
+    pub(crate) fn read_page(self: &Arc<Self>, cell: &Arc<SessionCell>, from_seq: u64, max: usize) {
+        let attached = self.clone();
+        let target = cell.clone();
+        let reply = Box::new(move |entries: Vec<PageEntry>| {
+            let exhausted = entries.len() < max;
+            let mut unreadable = Vec::new();
+            let mut page = Vec::with_capacity(entries.len());
+            for (entry, body) in entries {
+                match attached.delivery(entry, body) {
+                    Ok(delivery) => page.push(delivery),
+                    Err(seq) => unreadable.push(seq),
+                }
+            }
+            let mut state = target.state.lock();
+            if state.ended {
+                return;
+            }
+            let added = state.session.apply_page(from_seq, page, exhausted);
+            for seq in unreadable {
+                tracing::warn!(client_id = %target.client_id, seq, "stored_message_unreadable");
+                state.session.forget_restored(seq);
+            }
+            attached.flush(&target.client_id, &mut state);
+            if added {
+                if let Some(doorbell) = &state.doorbell {
+                    doorbell.notify_one();
+                }
+            }
+        });
+        self.store.read_page(&cell.client_id, from_seq, max, reply);
+    }
+
+    /// A delivery from a stored entry and its message (decoded once while any session holds
+    /// it); `Err(seq)` when the message cannot be read.
+    fn delivery(&self, entry: QueueEntry, body: StoredMessage) -> Result<Delivery, u64> {
+        let qos = match entry.qos {
+            1 => QoS::AtLeastOnce,
+            2 => QoS::ExactlyOnce,
+            _ => return Err(entry.seq),
+        };
+        let message = {
+            let mut bodies = self.bodies.lock();
+            match bodies.get(&body.id).and_then(Weak::upgrade) {
+                Some(message) => message,
+                None => {
+                    let expires_at = body.expires_at_ms.map(|at| self.instant(at));
+                    let message =
+                        Arc::new(decode_publish(&body.publish, expires_at).ok_or(entry.seq)?);
+                    let _ = message.store_id.set(body.id);
+                    if bodies.len() >= 4096 {
+                        bodies.retain(|_, weak| weak.strong_count() > 0);
+                    }
+                    bodies.insert(body.id, Arc::downgrade(&message));
+                    message
+                }
+            }
+        };
+        Ok(Delivery {
+            message,
+            qos,
+            retain: entry.retain,
+            subscription_ids: entry.subscription_ids,
+            shared_group: entry.shared_group.map(Arc::from),
+            seq: entry.seq,
+            maybe_sent: false,
+        })
+    }
+
     /// Opens a store group ([`Store::begin_group`]), closed when the guard drops.
     pub(crate) fn group(&self) -> Group<'_> {
         Group {
@@ -172,11 +247,9 @@ pub struct Restored {
     pub sessions_expired: usize,
     /// Subscriptions put back.
     pub subscriptions: usize,
-    /// Queued QoS 1/2 messages put back (waiting, in flight, or awaiting PUBCOMP).
+    /// Queued QoS 1/2 messages put back (left on disk until their client reads them, or
+    /// awaiting PUBCOMP).
     pub queued: usize,
-    /// Queued messages dropped: their body was unreadable or missing, or the session's
-    /// limits left no room.
-    pub queued_dropped: usize,
 }
 
 impl Broker {
@@ -189,6 +262,7 @@ impl Broker {
             base: now,
             base_unix_ms: now_unix_ms,
             next_message_id: AtomicU64::new(1),
+            bodies: Mutex::new(HashMap::new()),
         });
         if self.persistence.set(attached.clone()).is_err() {
             return false;
@@ -214,7 +288,6 @@ impl Broker {
         attached
             .next_message_id
             .store(recovered.next_message_id.max(1), Ordering::Relaxed);
-        let messages = decode_messages(attached, recovered.messages);
         let mut queues: HashMap<String, StoredQueue> = recovered
             .queues
             .into_iter()
@@ -259,7 +332,7 @@ impl Broker {
             let cell = self.restore_session(&record, subscriptions, left, now, &mut report);
             if let Some(queue) = queues.remove(&record.client_id) {
                 let mut state = cell.state.lock();
-                restore_queue(&mut state, queue, &messages, &mut report);
+                restore_queue(&mut state, queue, &mut report);
                 attached.flush(&cell.client_id, &mut state);
             }
             report.sessions += 1;
@@ -344,71 +417,26 @@ impl Broker {
     }
 }
 
-/// Puts a session's stored queue back; entries that cannot be put back are dropped from the
-/// store through the session's journal.
-fn restore_queue(
-    state: &mut SessionState,
-    queue: StoredQueue,
-    messages: &HashMap<u64, Arc<Message>>,
-    report: &mut Restored,
-) {
+/// Puts a session's stored queue back: released entries (their PUBREL is sent again) and
+/// inbound QoS 2 ids in memory, queued entries left on disk to be read back in pages.
+fn restore_queue(state: &mut SessionState, queue: StoredQueue, report: &mut Restored) {
     let last_seq = queue
-        .entries
+        .released
         .iter()
-        .map(|entry| entry.seq)
-        .chain(queue.released.iter().copied())
+        .copied()
+        .chain([queue.last_seq])
         .max()
         .unwrap_or(0);
     let session = &mut state.session;
     session.enable_journal(last_seq + 1);
+    report.queued += queue.released.len() + queue.count as usize;
     for seq in queue.released {
         session.restore_released(seq);
-        report.queued += 1;
     }
-    for entry in queue.entries {
-        let delivery = messages.get(&entry.message_id).and_then(|message| {
-            let qos = match entry.qos {
-                1 => QoS::AtLeastOnce,
-                2 => QoS::ExactlyOnce,
-                _ => return None,
-            };
-            Some(Delivery {
-                message: message.clone(),
-                qos,
-                retain: entry.retain,
-                subscription_ids: entry.subscription_ids,
-                shared_group: entry.shared_group.map(Arc::from),
-                seq: entry.seq,
-                maybe_sent: true,
-            })
-        });
-        let seq = entry.seq;
-        if delivery.is_some_and(|delivery| session.restore_queued(delivery)) {
-            report.queued += 1;
-        } else {
-            report.queued_dropped += 1;
-            session.forget_restored(seq);
-        }
-    }
+    session.restore_spilled(queue.first_seq, queue.count);
     for packet_id in queue.inbound_qos2 {
         session.restore_inbound_qos2(packet_id);
     }
-}
-
-/// The stored message bodies, decoded once each (their queue entries share them).
-fn decode_messages(attached: &Attached, stored: Vec<StoredMessage>) -> HashMap<u64, Arc<Message>> {
-    let mut messages = HashMap::with_capacity(stored.len());
-    for message in stored {
-        let expires_at = message.expires_at_ms.map(|at| attached.instant(at));
-        match decode_publish(&message.publish, expires_at) {
-            Some(decoded) => {
-                let _ = decoded.store_id.set(message.id);
-                messages.insert(message.id, Arc::new(decoded));
-            }
-            None => tracing::warn!(id = message.id, "stored_message_unreadable"),
-        }
-    }
-    messages
 }
 
 /// A message as an MQTT 5 PUBLISH (the stored form of message bodies and retained

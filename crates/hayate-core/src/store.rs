@@ -160,18 +160,30 @@ pub struct QueueEntry {
     pub shared_group: Option<String>,
 }
 
-/// What a persistent session had queued and in flight.
+/// What a persistent session had queued and in flight. The queued entries themselves stay on
+/// disk; [`Store::read_page`] reads them back as the client drains them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoredQueue {
     /// Client identifier.
     pub client_id: String,
-    /// Entries not yet released, by seq.
-    pub entries: Vec<QueueEntry>,
+    /// Entries not yet released.
+    pub count: u64,
+    /// The lowest seq among them (0 when there are none).
+    pub first_seq: u64,
+    /// The highest seq among them (0 when there are none).
+    pub last_seq: u64,
     /// Seqs of released entries (PUBREL to send again), in order.
     pub released: Vec<u64>,
     /// Inbound QoS 2 packet ids awaiting PUBREL.
     pub inbound_qos2: Vec<u16>,
 }
+
+/// One queued entry read back by [`Store::read_page`], with its message.
+pub type PageEntry = (QueueEntry, StoredMessage);
+
+/// Where a page read by [`Store::read_page`] goes. Called once, on a thread of the store's,
+/// without any of the store's locks held.
+pub type PageReply = Box<dyn FnOnce(Vec<PageEntry>) + Send>;
 
 /// A persistent session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,8 +223,6 @@ pub struct Recovered {
     /// Queues of persistent sessions (those with anything queued, in flight or awaiting
     /// PUBREL).
     pub queues: Vec<StoredQueue>,
-    /// Message bodies the queues refer to.
-    pub messages: Vec<StoredMessage>,
     /// The first message id not used in the store.
     pub next_message_id: u64,
 }
@@ -242,6 +252,15 @@ pub trait Store: Send + Sync + Debug {
     /// appended later is reported durable.
     fn durable(&self) -> Ticket {
         Ticket::MAX
+    }
+
+    /// Reads up to `max` queued entries of `client_id` with a seq of `from_seq` or more, in
+    /// seq order, after every op appended before this call is written, and hands them to
+    /// `reply`. Fewer than `max` means there were no more. The default store keeps nothing:
+    /// it answers with none.
+    fn read_page(&self, client_id: &str, from_seq: u64, max: usize, reply: PageReply) {
+        let _ = (client_id, from_seq, max);
+        reply(Vec::new());
     }
 
     /// Opens a group: every op appended from now until [`Store::end_group`] is called with

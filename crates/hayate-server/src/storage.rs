@@ -42,7 +42,6 @@ pub(crate) fn open(
         sessions_expired = restored.sessions_expired,
         subscriptions = restored.subscriptions,
         queued = restored.queued,
-        queued_dropped = restored.queued_dropped,
         "store_opened"
     );
     Ok(store)

@@ -247,6 +247,7 @@ impl Session {
             rare.resend.clear();
             rare.pubrel_out.clear();
         }
+        self.spill_resident();
     }
 
     /// True while a network connection is attached.
@@ -297,9 +298,27 @@ impl Session {
                     .is_some_and(|budget| budget.held() >= budget.limit() / divisor))
     }
 
+    /// Charges a delivery of `weight` bytes to the broker-wide budget; false if it is used up.
+    fn charge(&mut self, weight: usize) -> bool {
+        let charge = weight + DELIVERY_OVERHEAD_BYTES;
+        if let Some(budget) = &self.limits.budget {
+            if !budget.try_charge(charge) {
+                return false;
+            }
+        }
+        self.charged += charge;
+        true
+    }
+
     /// Removes a delivery of `weight` bytes from the held count and returns its charge.
     fn free(&mut self, weight: usize) {
         self.completed += 1;
+        self.unhold(weight);
+    }
+
+    /// Returns a delivery's bytes and charge without counting it as completed (it went to
+    /// disk).
+    fn unhold(&mut self, weight: usize) {
         self.held_bytes = self.held_bytes.saturating_sub(weight);
         let charge = (weight + DELIVERY_OVERHEAD_BYTES).min(self.charged);
         self.charged -= charge;
@@ -355,18 +374,22 @@ impl Session {
             return EnqueueOutcome::DroppedOffline;
         }
         let weight = delivery.weight();
-        if self.held_messages() >= self.limits.max_queued_messages
-            || self.held_bytes + weight > self.limits.max_queued_bytes
-        {
+        let queued = self.held_messages() + self.spilled() as usize;
+        if queued >= self.limits.max_queued_messages {
             return EnqueueOutcome::DroppedQueueFull;
         }
-        let charge = weight + DELIVERY_OVERHEAD_BYTES;
-        if let Some(budget) = &self.limits.budget {
-            if !budget.try_charge(charge) {
-                return EnqueueOutcome::DroppedBudget;
-            }
+        if self.spills(&delivery) {
+            self.spill(delivery);
+            return EnqueueOutcome::Queued {
+                wake: self.connection.is_some(),
+            };
         }
-        self.charged += charge;
+        if self.held_bytes + weight > self.limits.max_queued_bytes {
+            return EnqueueOutcome::DroppedQueueFull;
+        }
+        if !self.charge(weight) {
+            return EnqueueOutcome::DroppedBudget;
+        }
         self.journal_enqueue(&mut delivery);
         let was_idle = self.pending.is_empty();
         self.held_bytes += weight;

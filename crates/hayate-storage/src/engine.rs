@@ -4,7 +4,7 @@
 use crate::record::{self, Unreadable};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use hayate_core::store::{
-    QueueEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
+    PageEntry, QueueEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -177,6 +177,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Message bodies some entry refers to.
+    pub(crate) fn bodies(&self) -> u64 {
+        self.refs.len() as u64
+    }
+
     /// Entries queued for sessions, on disk or about to be.
     pub(crate) fn queued(&self) -> u64 {
         self.queued
@@ -192,7 +197,12 @@ impl Engine {
             let entry = record::read_queue_entry(seq, &value)?;
             *refs.entry(entry.message_id).or_default() += 1;
             self.queued += 1;
-            queue_entry(&mut queues, client_id).entries.push(entry);
+            let queue = queue_entry(&mut queues, client_id);
+            if queue.count == 0 {
+                queue.first_seq = seq;
+            }
+            queue.count += 1;
+            queue.last_seq = seq;
         }
         for item in self.rel.iter() {
             let (key, _) = item.into_inner()?;
@@ -210,25 +220,19 @@ impl Engine {
         Ok(queues)
     }
 
-    /// The messages queue entries refer to; removes the others (a body whose last entry went
-    /// in a batch that failed, or whose entries were never committed).
+    /// Finds the first unused message id and removes bodies no entry refers to (a body whose
+    /// last entry went in a batch that failed, or whose entries were never committed). Only
+    /// keys are read: bodies stay on disk until a page needs them.
     fn read_messages(&mut self, recovered: &mut Recovered) -> Result<(), ReadError> {
         let mut orphans = Vec::new();
         let mut next_id = 1;
         for item in self.msg.iter() {
-            let (key, value) = item.into_inner()?;
+            let key = item.key()?;
             let id = record::read_message_key(&key)?;
             next_id = next_id.max(id + 1);
             if !self.refs.contains_key(&id) {
                 orphans.push(key.to_vec());
-                continue;
             }
-            let (expires_at_ms, publish) = record::read_retained(&value)?;
-            recovered.messages.push(StoredMessage {
-                id,
-                expires_at_ms,
-                publish,
-            });
         }
         recovered.next_message_id = next_id.max(self.refs.keys().max().map_or(1, |id| id + 1));
         if !orphans.is_empty() {
@@ -240,6 +244,55 @@ impl Engine {
             batch.commit()?;
         }
         Ok(())
+    }
+
+    /// Up to `max` queue entries of `client_id` from `from_seq` on, with their messages. An
+    /// entry that cannot be read, or whose message is missing, is skipped (logged).
+    pub(crate) fn read_page(
+        &self,
+        client_id: &str,
+        from_seq: u64,
+        max: usize,
+    ) -> fjall::Result<Vec<PageEntry>> {
+        let (Some(start), Some(end)) = (
+            record::seq_key(client_id, from_seq),
+            record::seq_key(client_id, u64::MAX),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let mut page = Vec::new();
+        for item in self.queue.range(start..=end).take(max) {
+            let (key, value) = item.into_inner()?;
+            let entry = match record::read_seq_key(&key)
+                .and_then(|(_, seq)| record::read_queue_entry(seq, &value))
+            {
+                Ok(entry) => entry,
+                Err(what) => {
+                    tracing::warn!(client_id, %what, "store_entry_unreadable");
+                    continue;
+                }
+            };
+            let body = self.msg.get(record::message_key(entry.message_id))?;
+            match body.as_deref().map(record::read_retained) {
+                Some(Ok((expires_at_ms, publish))) => {
+                    let id = entry.message_id;
+                    page.push((
+                        entry,
+                        StoredMessage {
+                            id,
+                            expires_at_ms,
+                            publish,
+                        },
+                    ));
+                }
+                _ => tracing::warn!(
+                    client_id,
+                    seq = entry.seq,
+                    "store_message_missing_or_unreadable"
+                ),
+            }
+        }
+        Ok(page)
     }
 
     /// Applies one op to `pending`.

@@ -4,7 +4,7 @@
 use crate::engine::{Engine, ReadError};
 use crate::record::Unreadable;
 use crate::writer::{self, Writer};
-use hayate_core::store::{Recovered, Store, StoreOp, Ticket};
+use hayate_core::store::{PageReply, Recovered, Store, StoreOp, Ticket};
 use parking_lot::{Condvar, Mutex};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,6 +109,9 @@ pub struct StoreStats {
     /// Messages queued for sessions in the store (entries not yet released), as of the last
     /// commit.
     pub queued: u64,
+    /// Message bodies in the store (each referred to by at least one entry), as of the last
+    /// commit.
+    pub bodies: u64,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +123,7 @@ pub(crate) struct Counters {
     sync_micros: AtomicU64,
     sync_max_micros: AtomicU64,
     pub(crate) queued: AtomicU64,
+    pub(crate) bodies: AtomicU64,
 }
 
 impl Counters {
@@ -127,10 +131,11 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn committed(&self, ops: u64, queued: u64) {
+    pub(crate) fn committed(&self, ops: u64, queued: u64, bodies: u64) {
         Counters::add(&self.ops_committed, ops);
         Counters::add(&self.batches, 1);
         self.queued.store(queued, Ordering::Relaxed);
+        self.bodies.store(bodies, Ordering::Relaxed);
     }
 
     pub(crate) fn record_sync(&self, took: Duration) {
@@ -168,6 +173,21 @@ pub(crate) struct Queue {
     /// The first ticket of every open group ([`Store::begin_group`]): a drain stops before
     /// the earliest, so a group's ops go into one batch.
     open_groups: Vec<Ticket>,
+    /// Pages asked for ([`Store::read_page`]), each served once the ops appended before it
+    /// are written.
+    reads: Vec<ReadRequest>,
+    /// The ticket of the last op a drain took.
+    taken: Ticket,
+}
+
+/// A page to read for [`Store::read_page`].
+pub(crate) struct ReadRequest {
+    /// Served once every op up to this ticket was taken.
+    after: Ticket,
+    pub(crate) client_id: String,
+    pub(crate) from_seq: u64,
+    pub(crate) max: usize,
+    pub(crate) reply: PageReply,
 }
 
 impl Queue {
@@ -181,12 +201,24 @@ impl Queue {
         .min(self.ops.len())
     }
 
-    /// Takes the ops a drain may take, with the ticket of the last one taken.
-    pub(crate) fn take_ready(&mut self) -> (Vec<StoreOp>, Ticket) {
+    /// Takes the ops a drain may take, with the ticket of the last one taken, and the reads
+    /// that may be served once they are written.
+    pub(crate) fn take_ready(&mut self) -> (Vec<StoreOp>, Ticket, Vec<ReadRequest>) {
         let ready = self.ready();
         let left = self.ops.split_off(ready);
         let taken = std::mem::replace(&mut self.ops, left);
-        (taken, self.appended - self.ops.len() as Ticket)
+        self.taken = self.appended - self.ops.len() as Ticket;
+        let upto = self.taken;
+        let (reads, waiting) = std::mem::take(&mut self.reads)
+            .into_iter()
+            .partition(|read| read.after <= upto);
+        self.reads = waiting;
+        (taken, upto, reads)
+    }
+
+    /// True when a drain has something to do: ops it may take, or a page to read.
+    pub(crate) fn has_work(&self) -> bool {
+        self.ready() > 0 || self.reads.iter().any(|read| read.after <= self.taken)
     }
 }
 
@@ -312,6 +344,25 @@ impl Store for FjallStore {
         !self.shared.failing.load(Ordering::Relaxed)
     }
 
+    fn read_page(&self, client_id: &str, from_seq: u64, max: usize, reply: PageReply) {
+        let mut queue = self.shared.queue.lock();
+        if queue.closing {
+            drop(queue);
+            reply(Vec::new());
+            return;
+        }
+        let after = queue.appended;
+        queue.reads.push(ReadRequest {
+            after,
+            client_id: client_id.to_string(),
+            from_seq,
+            max,
+            reply,
+        });
+        drop(queue);
+        self.shared.wake.notify_one();
+    }
+
     fn begin_group(&self) -> u64 {
         let mut queue = self.shared.queue.lock();
         let start = queue.appended + 1;
@@ -363,6 +414,10 @@ impl FjallStore {
             .counters
             .queued
             .store(engine.queued(), Ordering::Relaxed);
+        shared
+            .counters
+            .bodies
+            .store(engine.bodies(), Ordering::Relaxed);
         let thread = {
             let shared = shared.clone();
             let sync_interval = config.sync_interval;
@@ -410,6 +465,7 @@ impl FjallStore {
             sync_max_micros: c.sync_max_micros.load(Ordering::Relaxed),
             healthy: !self.shared.failing.load(Ordering::Relaxed),
             queued: c.queued.load(Ordering::Relaxed),
+            bodies: c.bodies.load(Ordering::Relaxed),
         }
     }
 

@@ -16,7 +16,7 @@
 //! (ENOSPC), an I/O error and a poisoned engine all take this path.
 
 use crate::engine::{Engine, OpError, Pending};
-use crate::store::{Counters, Faults, Shared, SyncMode};
+use crate::store::{Counters, Faults, ReadRequest, Shared, SyncMode};
 use fjall::PersistMode;
 use hayate_core::store::{StoreOp, Ticket};
 use std::path::PathBuf;
@@ -132,7 +132,7 @@ impl Writer {
         }
         if !pending.is_empty() {
             engine.commit(pending).map_err(WriteError::Engine)?;
-            counters.committed(applied, engine.queued());
+            counters.committed(applied, engine.queued(), engine.bodies());
             self.unsynced_since.get_or_insert_with(Instant::now);
         }
         if self.mode == SyncMode::Sync {
@@ -251,6 +251,21 @@ impl Writer {
         }
     }
 
+    /// Reads a page (after the ops appended before it were written) and hands it over. While
+    /// failing, it reads what is on disk.
+    fn serve(&self, read: ReadRequest) {
+        let page = match &self.engine {
+            Some(engine) => engine
+                .read_page(&read.client_id, read.from_seq, read.max)
+                .unwrap_or_else(|error| {
+                    tracing::error!(%error, client_id = read.client_id, "store_read_failed");
+                    Vec::new()
+                }),
+            None => Vec::new(),
+        };
+        (read.reply)(page);
+    }
+
     /// At close: writes what is left (one more try if failed) and fsyncs with `SyncAll`.
     pub(crate) fn close(&mut self, shared: &Shared) {
         if self.backlog.is_some() {
@@ -273,9 +288,9 @@ impl Writer {
 /// The store thread: waits for ops (or the next deadline), drains them, writes them.
 pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) {
     loop {
-        let (ops, last, closing) = {
+        let (ops, last, reads, closing) = {
             let mut queue = shared.queue.lock();
-            while queue.ready() == 0 && !queue.closing {
+            while !queue.has_work() && !queue.closing {
                 match writer.next_deadline(sync_interval) {
                     None => shared.wake.wait(&mut queue),
                     Some(at) => {
@@ -287,10 +302,13 @@ pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) 
                     }
                 }
             }
-            let (ops, last) = queue.take_ready();
-            (ops, last, queue.closing)
+            let (ops, last, reads) = queue.take_ready();
+            (ops, last, reads, queue.closing)
         };
         writer.drain(ops, last, shared);
+        for read in reads {
+            writer.serve(read);
+        }
         if closing {
             // `append` refuses ops once `closing` is set, so this drain was the last.
             writer.close(shared);

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use hayate_core::store::{
-    MessageBody, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
-    SubscriptionData,
+    MessageBody, PageEntry, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage,
+    StoredQueue, SubscriptionData,
 };
 use hayate_core::Message;
 use hayate_storage::{Faults, FjallStore, StorageConfig, StorageError, SyncMode};
@@ -213,7 +213,6 @@ fn every_op_kind_round_trips() {
             (record("dev-2", u32::MAX, None), vec![]),
         ],
         queues: vec![],
-        messages: vec![],
         next_message_id: 1,
     };
     assert_eq!(recovered, expected);
@@ -498,44 +497,58 @@ impl Model {
         }
     }
 
+    /// The entries of `client`, with their messages, in seq order (what pages give back).
+    fn page(&self, client: &str) -> Vec<PageEntry> {
+        self.queue
+            .iter()
+            .filter(|((c, _), _)| c == client)
+            .map(|(_, e)| (e.clone(), stored_message(e.message_id)))
+            .collect()
+    }
+
+    /// Message ids some entry refers to.
+    fn bodies(&self) -> u64 {
+        let ids: std::collections::BTreeSet<u64> =
+            self.queue.values().map(|e| e.message_id).collect();
+        ids.len() as u64
+    }
+
     /// What a store holding this should give back (sorted; `next_message_id` left 0).
-    /// Subscriptions and queues of a client without a session are not given back; messages
-    /// are given back while any entry refers to them.
+    /// Subscriptions and queues of a client without a session are not given back.
     fn recovered(&self) -> Recovered {
-        let mut ids: Vec<u64> = self.queue.values().map(|e| e.message_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
         let queues = self
             .sessions
             .keys()
-            .map(|client| StoredQueue {
-                client_id: client.clone(),
-                entries: self
+            .map(|client| {
+                let seqs: Vec<u64> = self
                     .queue
-                    .iter()
-                    .filter(|((c, _), _)| c == client)
-                    .map(|(_, e)| e.clone())
-                    .collect(),
-                released: self
-                    .rel
                     .keys()
                     .filter(|(c, _)| c == client)
                     .map(|(_, seq)| *seq)
-                    .collect(),
-                inbound_qos2: self
-                    .inq2
-                    .keys()
-                    .filter(|(c, _)| c == client)
-                    .map(|(_, id)| *id)
-                    .collect(),
+                    .collect();
+                StoredQueue {
+                    client_id: client.clone(),
+                    count: seqs.len() as u64,
+                    first_seq: seqs.first().copied().unwrap_or(0),
+                    last_seq: seqs.last().copied().unwrap_or(0),
+                    released: self
+                        .rel
+                        .keys()
+                        .filter(|(c, _)| c == client)
+                        .map(|(_, seq)| *seq)
+                        .collect(),
+                    inbound_qos2: self
+                        .inq2
+                        .keys()
+                        .filter(|(c, _)| c == client)
+                        .map(|(_, id)| *id)
+                        .collect(),
+                }
             })
-            .filter(|q| {
-                !q.entries.is_empty() || !q.released.is_empty() || !q.inbound_qos2.is_empty()
-            })
+            .filter(|q| q.count > 0 || !q.released.is_empty() || !q.inbound_qos2.is_empty())
             .collect();
         Recovered {
             queues,
-            messages: ids.into_iter().map(stored_message).collect(),
             next_message_id: 0,
             retained: self
                 .retained
@@ -618,14 +631,41 @@ fn op_strategy() -> impl Strategy<Value = StoreOp> {
     ]
 }
 
-/// `recovered` as the model gives it: sorted, and with `next_message_id` checked and
-/// cleared (the store may have used ids no entry refers to any more).
-fn comparable(recovered: Recovered) -> Recovered {
+/// `recovered` as the model gives it: sorted, and with `next_message_id` checked against
+/// the store's queue and cleared (the store may have used ids no entry refers to any more).
+/// Also checks every client's queue page by page, and the bodies on disk.
+fn comparable(recovered: Recovered, store: &FjallStore, model: &Model) -> Recovered {
     let mut recovered = sorted(recovered);
-    let highest = recovered.messages.iter().map(|m| m.id).max().unwrap_or(0);
+    let highest = model
+        .queue
+        .values()
+        .map(|e| e.message_id)
+        .max()
+        .unwrap_or(0);
     assert!(recovered.next_message_id > highest, "{recovered:?}");
     recovered.next_message_id = 0;
+    let clients: std::collections::BTreeSet<&String> = model.queue.keys().map(|(c, _)| c).collect();
+    for client in clients {
+        let mut read = page(store, client, 0, 2);
+        if let Some(next) = read.last().map(|(e, _)| e.seq + 1) {
+            read.extend(page(store, client, next, 1_000));
+        }
+        assert_eq!(read, model.page(client), "{client}");
+    }
+    assert_eq!(store.stats().bodies, model.bodies(), "bodies on disk");
     recovered
+}
+
+/// A page of `client`'s queue, as `read_page` hands it over.
+fn page(store: &FjallStore, client: &str, from_seq: u64, max: usize) -> Vec<PageEntry> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    store.read_page(
+        client,
+        from_seq,
+        max,
+        Box::new(move |page| tx.send(page).expect("receiver waits")),
+    );
+    rx.recv_timeout(Duration::from_secs(10)).expect("a page")
 }
 
 proptest! {
@@ -653,7 +693,7 @@ proptest! {
                 drop(store);
                 let recovered;
                 (store, recovered) = open(dir.path());
-                prop_assert_eq!(comparable(recovered), model.recovered());
+                prop_assert_eq!(comparable(recovered, &store, &model), model.recovered());
             }
             if !model.allows(op) {
                 continue;
@@ -667,8 +707,8 @@ proptest! {
         store.close();
         prop_assert_eq!(store.stats().write_errors, 0);
         drop(store);
-        let (_store, recovered) = open(dir.path());
-        prop_assert_eq!(comparable(recovered), model.recovered());
+        let (store, recovered) = open(dir.path());
+        prop_assert_eq!(comparable(recovered, &store, &model), model.recovered());
     }
 }
 
@@ -700,10 +740,6 @@ fn queues_share_message_bodies_and_go_with_their_session() {
         },
     ]);
     let recovered = round_trip(dir.path(), ops);
-    assert_eq!(
-        recovered.messages,
-        vec![stored_message(10), stored_message(11)]
-    );
     assert_eq!(recovered.next_message_id, 12);
     let queue = |client: &str| {
         recovered
@@ -713,13 +749,25 @@ fn queues_share_message_bodies_and_go_with_their_session() {
             .cloned()
             .unwrap_or_default()
     };
-    assert_eq!(queue("a").entries, vec![entry(2, 11, 2)]);
-    assert_eq!(queue("b").entries, vec![entry(1, 10, 1)]);
+    assert_eq!((queue("a").count, queue("a").first_seq), (1, 2));
+    assert_eq!((queue("b").count, queue("b").first_seq), (1, 1));
     assert_eq!(
         (queue("b").released, queue("b").inbound_qos2),
         (vec![2], vec![9])
     );
-    assert_eq!(queue("c").entries.len(), 2);
+    assert_eq!((queue("c").count, queue("c").last_seq), (2, 2));
+    let (store, _) = open(dir.path());
+    assert_eq!(store.stats().bodies, 2, "10 and 11, once each");
+    assert_eq!(
+        page(&store, "a", 0, 10),
+        vec![(entry(2, 11, 2), stored_message(11))]
+    );
+    assert_eq!(
+        page(&store, "c", 2, 10),
+        vec![(entry(2, 11, 2), stored_message(11))]
+    );
+    store.close();
+    drop(store);
     // The last entries referring to 10 go (one acknowledged, one with its session).
     let recovered = round_trip(
         dir.path(),
@@ -734,8 +782,11 @@ fn queues_share_message_bodies_and_go_with_their_session() {
             },
         ],
     );
-    assert_eq!(recovered.messages, vec![stored_message(11)]);
     assert_eq!(recovered.queues.len(), 2, "{:?}", recovered.queues);
+    let (store, _) = open(dir.path());
+    assert_eq!(store.stats().bodies, 1, "10 went with its last entry");
+    store.close();
+    drop(store);
     // Once released and completed, `b` keeps only its inbound id.
     let recovered = round_trip(
         dir.path(),
@@ -750,7 +801,10 @@ fn queues_share_message_bodies_and_go_with_their_session() {
             },
         ],
     );
-    assert!(recovered.messages.is_empty(), "{:?}", recovered.messages);
+    let (store, _) = open(dir.path());
+    assert_eq!(store.stats().bodies, 0);
+    store.close();
+    drop(store);
     assert_eq!(
         recovered.queues,
         vec![StoredQueue {
@@ -805,7 +859,10 @@ fn failed_writes_hold_durability_and_recover_by_themselves() {
         1,
         "the backlog was written in order"
     );
-    assert_eq!(recovered.messages, vec![stored_message(5)]);
+    assert_eq!(
+        page(&_store, "c", 1, 10),
+        vec![(entry(1, 5, 1), stored_message(5))]
+    );
 }
 
 /// Ops appended while a group is open are written together once it closes, never in part;
@@ -923,7 +980,7 @@ fn committed_batches_survive_kill_9() {
     let status = child.wait().unwrap();
     assert!(!status.success(), "{status:?}");
 
-    let (_store, recovered) = open(dir.path());
+    let (store, recovered) = open(dir.path());
     let mut model = Model::default();
     for i in 0..CHILD_OPS {
         model.apply(&child_op(i));
@@ -931,7 +988,7 @@ fn committed_batches_survive_kill_9() {
     assert_eq!(recovered.retained.len(), 1_000);
     assert_eq!(recovered.sessions.len(), 1_000);
     assert_eq!(
-        comparable(recovered),
+        comparable(recovered, &store, &model),
         model.recovered(),
         "every committed op survived"
     );

@@ -4,7 +4,7 @@
 //! end in `hayate`'s kill -9 tests).
 
 use hayate_core::store::{
-    QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
+    PageEntry, PageReply, Recovered, SessionRecord, Store, StoreOp, StoredMessage, StoredQueue,
     SubscriptionData, Ticket,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -17,6 +17,8 @@ use tokio::sync::Notify;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     ops: Mutex<Vec<StoreOp>>,
+    /// Every op ever appended (and those it was made with), for pages.
+    history: Mutex<Vec<StoreOp>>,
     appended: AtomicU64,
     held: AtomicBool,
     refusing: AtomicBool,
@@ -29,6 +31,7 @@ pub struct MemoryStore {
 impl Store for MemoryStore {
     fn append(&self, op: StoreOp) {
         let mut ops = self.ops.lock().expect("not poisoned");
+        self.history.lock().expect("not poisoned").push(op.clone());
         ops.push(op);
         let ticket = self.appended.fetch_add(1, Ordering::SeqCst) + 1;
         if !self.held.load(Ordering::SeqCst) {
@@ -42,6 +45,17 @@ impl Store for MemoryStore {
 
     fn durable(&self) -> Ticket {
         self.durable.load(Ordering::SeqCst)
+    }
+
+    fn read_page(&self, client_id: &str, from_seq: u64, max: usize, reply: PageReply) {
+        let history = self.history.lock().expect("not poisoned").clone();
+        let page = state(&history)
+            .queue
+            .range((client_id.to_string(), from_seq)..=(client_id.to_string(), u64::MAX))
+            .take(max)
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        reply(page);
     }
 
     fn begin_group(&self) -> u64 {
@@ -72,6 +86,13 @@ impl Store for MemoryStore {
 }
 
 impl MemoryStore {
+    /// A store that already holds `ops` (a restart on what an earlier store kept).
+    pub fn with_history(ops: &[StoreOp]) -> MemoryStore {
+        let store = MemoryStore::default();
+        *store.history.lock().expect("not poisoned") = ops.to_vec();
+        store
+    }
+
     /// From now on, appended ops are durable only once [`MemoryStore::complete`] says so.
     pub fn hold(&self) {
         self.held.store(true, Ordering::SeqCst);
@@ -122,17 +143,34 @@ impl MemoryStore {
     }
 }
 
-/// What a store holds after `ops`, as an engine gives it back at open: subscriptions and
-/// queues only for stored sessions, message bodies while an entry refers to them.
-pub fn fold(ops: &[StoreOp]) -> Recovered {
-    let mut retained = BTreeMap::new();
-    let mut sessions: BTreeMap<String, SessionRecord> = BTreeMap::new();
-    let mut subs: BTreeMap<(String, String), SubscriptionData> = BTreeMap::new();
-    let mut queue: BTreeMap<(String, u64), QueueEntry> = BTreeMap::new();
-    let mut rel: BTreeSet<(String, u64)> = BTreeSet::new();
-    let mut inq2: BTreeSet<(String, u16)> = BTreeSet::new();
+/// Everything a store holds after some ops.
+#[derive(Debug, Default)]
+pub struct Held {
+    retained: BTreeMap<String, (String, Option<u64>, bytes::Bytes)>,
+    sessions: BTreeMap<String, SessionRecord>,
+    subs: BTreeMap<(String, String), SubscriptionData>,
+    /// Queued entries with their message, by client and seq.
+    pub queue: BTreeMap<(String, u64), PageEntry>,
+    rel: BTreeSet<(String, u64)>,
+    inq2: BTreeSet<(String, u16)>,
+    next_message_id: u64,
+}
+
+/// What a store holds after `ops`.
+pub fn state(ops: &[StoreOp]) -> Held {
+    let Held {
+        mut retained,
+        mut sessions,
+        mut subs,
+        mut queue,
+        mut rel,
+        mut inq2,
+        mut next_message_id,
+    } = Held {
+        next_message_id: 1,
+        ..Held::default()
+    };
     let mut bodies: HashMap<u64, StoredMessage> = HashMap::new();
-    let mut next_message_id = 1;
     for op in ops {
         match op.clone() {
             StoreOp::PutRetained {
@@ -170,14 +208,15 @@ pub fn fold(ops: &[StoreOp]) -> Recovered {
                 body,
             } => {
                 next_message_id = next_message_id.max(entry.message_id + 1);
-                bodies
+                let stored = bodies
                     .entry(entry.message_id)
                     .or_insert_with(|| StoredMessage {
                         id: entry.message_id,
                         expires_at_ms: body.expires_at_ms,
                         publish: body.encode().expect("a queued message encodes"),
-                    });
-                queue.insert((client_id, entry.seq), entry);
+                    })
+                    .clone();
+                queue.insert((client_id, entry.seq), (entry, stored));
             }
             StoreOp::Release { client_id, seq } => {
                 queue.remove(&(client_id.clone(), seq));
@@ -207,28 +246,55 @@ pub fn fold(ops: &[StoreOp]) -> Recovered {
             }
         }
     }
-    let referenced: BTreeSet<u64> = queue.values().map(|entry| entry.message_id).collect();
+    Held {
+        retained,
+        sessions,
+        subs,
+        queue,
+        rel,
+        inq2,
+        next_message_id,
+    }
+}
+
+/// What a store holds after `ops`, as an engine gives it back at open: subscriptions and
+/// queues only for stored sessions (queued entries counted, not read).
+pub fn fold(ops: &[StoreOp]) -> Recovered {
+    let Held {
+        retained,
+        sessions,
+        subs,
+        queue,
+        rel,
+        inq2,
+        next_message_id,
+    } = state(ops);
     let queues = sessions
         .keys()
-        .map(|client| StoredQueue {
-            client_id: client.clone(),
-            entries: queue
-                .iter()
-                .filter(|((id, _), _)| id == client)
-                .map(|(_, entry)| entry.clone())
-                .collect(),
-            released: rel
-                .iter()
+        .map(|client| {
+            let seqs: Vec<u64> = queue
+                .keys()
                 .filter(|(id, _)| id == client)
                 .map(|(_, seq)| *seq)
-                .collect(),
-            inbound_qos2: inq2
-                .iter()
-                .filter(|(id, _)| id == client)
-                .map(|(_, packet_id)| *packet_id)
-                .collect(),
+                .collect();
+            StoredQueue {
+                client_id: client.clone(),
+                count: seqs.len() as u64,
+                first_seq: seqs.first().copied().unwrap_or(0),
+                last_seq: seqs.last().copied().unwrap_or(0),
+                released: rel
+                    .iter()
+                    .filter(|(id, _)| id == client)
+                    .map(|(_, seq)| *seq)
+                    .collect(),
+                inbound_qos2: inq2
+                    .iter()
+                    .filter(|(id, _)| id == client)
+                    .map(|(_, packet_id)| *packet_id)
+                    .collect(),
+            }
         })
-        .filter(|q| !q.entries.is_empty() || !q.released.is_empty() || !q.inbound_qos2.is_empty())
+        .filter(|q| q.count > 0 || !q.released.is_empty() || !q.inbound_qos2.is_empty())
         .collect();
     Recovered {
         retained: retained.into_values().collect(),
@@ -244,10 +310,6 @@ pub fn fold(ops: &[StoreOp]) -> Recovered {
             })
             .collect(),
         queues,
-        messages: referenced
-            .into_iter()
-            .filter_map(|id| bodies.get(&id).cloned())
-            .collect(),
         next_message_id,
     }
 }

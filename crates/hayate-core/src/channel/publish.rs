@@ -145,9 +145,8 @@ impl Channel {
         let outcome = self.broker.publish(Arc::new(message), now, wake);
         let mut stored = outcome.stored;
         if let (QoS::ExactlyOnce, Some(id)) = (publish.qos, publish.packet_id) {
-            let (_, ticket) = self.with_session_ticket(out, |state, _| {
-                state.session.inbound_qos2_routed(id)
-            })?;
+            let (_, ticket) =
+                self.with_session_ticket(out, |state, _| state.session.inbound_qos2_routed(id))?;
             stored = stored.max(ticket);
         }
         drop(group);

@@ -55,6 +55,28 @@ pub enum JournalEvent {
 /// The store ticket a gate waits for; 0 until the broker stamps it.
 type Ticket = u64;
 
+/// A stored session keeps at most this many deliveries in memory; further QoS 1/2 entries stay
+/// on disk only, and are read back in pages as the client drains the queue.
+pub const RESIDENT_LIMIT: usize = 1000;
+/// Entries asked for per page.
+pub const PAGE_SIZE: usize = 500;
+
+/// The entries of a stored session that are on disk only: every entry from `first_seq` on. Its
+/// states: none (everything is in memory); spilled; spilled with a page being read.
+#[derive(Debug)]
+struct Spill {
+    /// The first seq on disk only; every entry in memory has a lower one.
+    first_seq: u64,
+    /// Entries on disk from `first_seq` on.
+    count: u64,
+    /// A page was asked for and has not come back.
+    reading: bool,
+    /// Entries spilled since the page was asked for (the page may not have them).
+    added_while_reading: u64,
+    /// Entries below this seq were read back after a restart and may have been sent before it.
+    maybe_sent_below: u64,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Journal {
     /// `seq` of the next queued entry (the first is 1).
@@ -73,6 +95,8 @@ pub(super) struct Journal {
     barrier: Ticket,
     /// Gates were added since the last stamp.
     unstamped: bool,
+    /// Entries on disk only (offline, or past [`RESIDENT_LIMIT`]).
+    spill: Option<Spill>,
 }
 
 /// The packet id of stored entry `seq`: 1, 2, ... 65,535, 1, ...
@@ -254,7 +278,172 @@ impl Session {
         self.journal().is_some_and(|journal| journal.barrier != 0)
     }
 
+    // ----- paging ----------------------------------------------------------------------
+
+    /// Entries on disk only (not in memory).
+    pub fn spilled(&self) -> u64 {
+        self.journal()
+            .and_then(|journal| journal.spill.as_ref())
+            .map_or(0, |spill| spill.count)
+    }
+
+    /// Whether `delivery` goes to disk only: a QoS 1/2 delivery to a stored session that is
+    /// offline (outside a shared group, whose members take over what an offline one holds),
+    /// has entries on disk already, or holds [`RESIDENT_LIMIT`] in memory.
+    pub(super) fn spills(&self, delivery: &Delivery) -> bool {
+        let Some(journal) = self.journal() else {
+            return false;
+        };
+        delivery.qos != QoS::AtMostOnce
+            && (journal.spill.is_some()
+                || (self.connection.is_none() && delivery.shared_group.is_none())
+                || self.pending.len() >= RESIDENT_LIMIT)
+    }
+
+    /// Queues `delivery` on disk only (see [`Session::spills`]).
+    pub(super) fn spill(&mut self, mut delivery: Delivery) {
+        let Some(journal) = self.journal_mut() else {
+            return;
+        };
+        delivery.seq = journal.next_seq;
+        journal.next_seq += 1;
+        let seq = delivery.seq;
+        if delivery.qos == QoS::ExactlyOnce {
+            // Durable before it is ever read back; nothing to gate.
+            journal.durable_seq = journal.durable_seq.max(seq);
+        }
+        journal.record(JournalEvent::Queued(delivery));
+        let spill = journal.spill.get_or_insert(Spill {
+            first_seq: seq,
+            count: 0,
+            reading: false,
+            added_while_reading: 0,
+            maybe_sent_below: 0,
+        });
+        spill.count += 1;
+        if spill.reading {
+            spill.added_while_reading += 1;
+        }
+    }
+
+    /// At detach: the stored deliveries waiting in memory go to disk only (they are there
+    /// already); the ones in flight stay, to be sent again.
+    pub(super) fn spill_resident(&mut self) {
+        if self.journal().is_none() {
+            return;
+        }
+        let mut kept = VecDeque::with_capacity(self.pending.len());
+        let mut spilled: Vec<u64> = Vec::new();
+        for delivery in std::mem::take(&mut self.pending) {
+            if delivery.seq != 0 && delivery.shared_group.is_none() {
+                spilled.push(delivery.seq);
+                self.unhold(delivery.weight());
+            } else {
+                kept.push_back(delivery);
+            }
+        }
+        self.pending = kept;
+        let (Some(first), Some(journal)) = (spilled.iter().min().copied(), self.journal_mut())
+        else {
+            return;
+        };
+        let spill = journal.spill.get_or_insert(Spill {
+            first_seq: first,
+            count: 0,
+            reading: false,
+            added_while_reading: 0,
+            maybe_sent_below: 0,
+        });
+        spill.first_seq = spill.first_seq.min(first);
+        spill.count += spilled.len() as u64;
+        // A page still being read no longer starts where the queue on disk does.
+        spill.reading = false;
+    }
+
+    /// A page to read from the store, when the client is attached, entries are on disk and
+    /// few are left in memory: `(from_seq, max)`. Asks once until [`Session::apply_page`].
+    pub fn take_page_request(&mut self) -> Option<(u64, usize)> {
+        if self.connection.is_none() || self.pending.len() >= RESIDENT_LIMIT / 2 {
+            return None;
+        }
+        let spill = self.journal_mut()?.spill.as_mut()?;
+        if spill.reading {
+            return None;
+        }
+        spill.reading = true;
+        spill.added_while_reading = 0;
+        Some((spill.first_seq, PAGE_SIZE))
+    }
+
+    /// The page read from `from_seq` (entries in seq order, `seq` set): they go to memory.
+    /// `exhausted`: the store had no more entries than these. Returns whether anything was
+    /// added (the caller wakes the connection). A page that no longer fits (the session was
+    /// spilled again meanwhile) is ignored; it is asked for again.
+    pub fn apply_page(&mut self, from_seq: u64, page: Vec<Delivery>, exhausted: bool) -> bool {
+        let attached = self.connection.is_some();
+        let Some(spill) = self
+            .journal_mut()
+            .and_then(|journal| journal.spill.as_mut())
+        else {
+            return false;
+        };
+        if !spill.reading || spill.first_seq != from_seq {
+            return false;
+        }
+        spill.reading = false;
+        let maybe_sent_below = spill.maybe_sent_below;
+        let mut applied = 0u64;
+        let mut next_seq = from_seq;
+        let taken = page.len() as u64;
+        for mut delivery in page {
+            if !attached || !self.charge(delivery.weight()) {
+                break;
+            }
+            next_seq = delivery.seq + 1;
+            delivery.maybe_sent = delivery.seq < maybe_sent_below;
+            self.held_bytes += delivery.weight();
+            self.pending.push_back(delivery);
+            applied += 1;
+        }
+        let Some(journal) = self.journal_mut() else {
+            return false;
+        };
+        if let Some(spill) = journal.spill.as_mut() {
+            spill.first_seq = next_seq;
+            spill.count = if exhausted && applied == taken {
+                // Everything on disk when the page was read is in memory now; what is left
+                // came in meanwhile.
+                spill.added_while_reading
+            } else {
+                spill.count.saturating_sub(applied)
+            };
+            if spill.count == 0 {
+                journal.spill = None;
+            }
+        }
+        applied > 0
+    }
+
     // ----- restore ---------------------------------------------------------------------
+
+    /// Puts back a stored queue that stays on disk: `count` entries from `first_seq` on,
+    /// read back in pages once the client is attached; they go out with DUP, since they may
+    /// have been sent before the restart.
+    pub fn restore_spilled(&mut self, first_seq: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let Some(journal) = self.journal_mut() else {
+            return;
+        };
+        journal.spill = Some(Spill {
+            first_seq,
+            count,
+            reading: false,
+            added_while_reading: 0,
+            maybe_sent_below: journal.next_seq,
+        });
+    }
 
     /// Puts back a queued entry read from the store (its `seq` set). It goes out with DUP,
     /// since it may have been sent before. False (nothing kept) when the session's limits or
