@@ -35,7 +35,7 @@
 //!
 //! # Not done yet
 //!
-//! - paging: queues are read back whole at open, and the core keeps them in memory;
+//! - persisted reference counts: they are rebuilt by reading every queue entry at open;
 //! - `on_corruption = "move_aside"`: a store that cannot be read makes [`FjallStore::open`]
 //!   fail; a free-space threshold; a bound on the backlog;
 //! - wills with a delay, assigned client ids, the design's `meta` keyspace.
