@@ -167,8 +167,16 @@ impl Router {
     /// existed, on topics `filter` matches, in arrival order: what a subscription that arrived
     /// at `arrival` and was put in place as `version` would have received had the broker
     /// handled packets strictly in arrival order (`docs/design/arrival-order.md`).
-    pub fn missed(&self, filter: &str, arrival: Arrival, version: u64) -> Vec<Arc<Message>> {
-        self.recent.missed(arrival, version, |message| {
+    /// `subscriber` is the subscribing session: its own messages are ordered exactly (they came
+    /// on its own connection), others' within the stamps' slack.
+    pub fn missed(
+        &self,
+        filter: &str,
+        arrival: Arrival,
+        version: u64,
+        subscriber: u64,
+    ) -> Vec<Arc<Message>> {
+        self.recent.missed(arrival, version, subscriber, |message| {
             hayate_topic::matches_filter(filter, &message.topic)
         })
     }

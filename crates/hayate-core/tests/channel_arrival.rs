@@ -54,8 +54,8 @@ fn a_message_that_arrived_before_the_subscribe_is_not_delivered() {
     publisher
         .publish("order/x", b"early", QoS::AtMostOnce)
         .expect("publish");
-    // 3 ms later: beyond the 2 ms by which two sockets' stamps may be out of order.
-    subscriber.arriving_at(at(3_001_000));
+    // 1 ms later: beyond the 200 µs by which two sockets' stamps may be out of order.
+    subscriber.arriving_at(at(1_001_000));
     assert_eq!(subscriber.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert!(subscriber.received_publishes().is_empty());
 }
@@ -69,8 +69,8 @@ fn a_message_stamped_within_the_slack_before_the_subscribe_is_caught_up() {
     publisher
         .publish("order/x", b"same moment", QoS::AtMostOnce)
         .expect("publish");
-    // 1 ms later: the stamps of two sockets can be this far out of order (arrival.rs).
-    subscriber.arriving_at(at(1_001_000));
+    // 100 µs later: the stamps of two sockets can be this far out of order (arrival.rs).
+    subscriber.arriving_at(at(101_000));
     assert_eq!(subscriber.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert_eq!(subscriber.received_publishes().len(), 1);
 }
@@ -147,4 +147,18 @@ fn a_zero_window_turns_the_catch_up_off() {
     subscriber.arriving_at(at(1_000));
     assert_eq!(subscriber.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert!(subscriber.received_publishes().is_empty());
+}
+
+#[test]
+fn a_clients_own_message_from_just_before_its_subscribe_is_not_delivered() {
+    let h = CoreHarness::new();
+    let mut client = h.client(ConnectSpec::v5("self"));
+    client.arriving_at(at(1_000));
+    client
+        .publish("order/x", b"mine, earlier", QoS::AtMostOnce)
+        .expect("publish");
+    // 100 µs later on the same connection: its own stamps are in order, no slack.
+    client.arriving_at(at(101_000));
+    assert_eq!(client.subscribe("order/#", QoS::AtMostOnce), vec![0]);
+    assert!(client.received_publishes().is_empty());
 }

@@ -42,6 +42,20 @@ pub struct StoreConfig {
     /// `batched`: longest time between a commit and its fsync (the window a power loss can
     /// take).
     pub sync_interval_ms: u64,
+    /// A store that cannot be read at start: `fail` (refuse to start) or `move_aside` (rename
+    /// it and start empty).
+    pub on_corruption: OnCorruption,
+}
+
+/// `[storage] on_corruption`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCorruption {
+    /// Refuse to start, naming the directory and the error.
+    #[default]
+    Fail,
+    /// Rename the directory to `DIR.corrupt-<unix seconds>` and start with an empty store.
+    MoveAside,
 }
 
 impl Default for StoreConfig {
@@ -50,6 +64,7 @@ impl Default for StoreConfig {
             dir: None,
             durability: Durability::Batched,
             sync_interval_ms: 200,
+            on_corruption: OnCorruption::Fail,
         }
     }
 }

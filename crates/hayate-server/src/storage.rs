@@ -2,7 +2,7 @@
 //! `hayate-storage`; this attaches it to the broker and restores what it held
 //! (`docs/DURABILITY.md`).
 
-use crate::config::{Durability, StoreConfig};
+use crate::config::{Durability, OnCorruption, StoreConfig};
 use hayate_core::Broker;
 use hayate_storage::{FjallStore, StorageConfig, SyncMode};
 use std::io;
@@ -26,6 +26,10 @@ pub(crate) fn open(
             Durability::Batched | Durability::Off => SyncMode::Batched,
         },
         faults: None,
+        on_corruption: match config.on_corruption {
+            OnCorruption::Fail => hayate_storage::OnCorruption::Fail,
+            OnCorruption::MoveAside => hayate_storage::OnCorruption::MoveAside,
+        },
     })
     .map_err(io::Error::other)?;
     let now = tokio::time::Instant::now().into_std();

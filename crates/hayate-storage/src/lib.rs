@@ -33,11 +33,18 @@
 //! second it drops the engine, opens it again and writes the backlog; once that works it is
 //! healthy again. Tests inject failures with [`Faults`].
 //!
+//! # At start
+//!
+//! A torn last batch (a crash in the middle of a write) is dropped by fjall and is not an
+//! error. A store that cannot be read (a checksum that does not match, a damaged table, a
+//! record this version cannot read) stops the open with a message naming the directory, or,
+//! with [`OnCorruption::MoveAside`], is renamed to `DIR.corrupt-<unix seconds>` and replaced by
+//! an empty one. A directory in use by another process is refused ([`StorageError::Locked`]).
+//!
 //! # Not done yet
 //!
 //! - persisted reference counts: they are rebuilt by reading every queue entry at open;
-//! - `on_corruption = "move_aside"`: a store that cannot be read makes [`FjallStore::open`]
-//!   fail; a free-space threshold; a bound on the backlog;
+//! - a free-space threshold; a bound on the backlog;
 //! - wills with a delay, assigned client ids, the design's `meta` keyspace.
 //!
 //! [`StoreOp`]: hayate_core::store::StoreOp
@@ -52,4 +59,6 @@ mod store;
 mod writer;
 
 pub use record::Unreadable;
-pub use store::{Faults, FjallStore, StorageConfig, StorageError, StoreStats, SyncMode};
+pub use store::{
+    Faults, FjallStore, OnCorruption, StorageConfig, StorageError, StoreStats, SyncMode,
+};

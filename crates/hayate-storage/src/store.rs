@@ -26,6 +26,21 @@ pub struct StorageConfig {
     pub mode: SyncMode,
     /// Injected write failures, for tests (`None`: none).
     pub faults: Option<Arc<Faults>>,
+    /// What to do when the store cannot be read at start.
+    pub on_corruption: OnCorruption,
+}
+
+/// What to do when the store in the data directory cannot be read at start (a checksum that
+/// does not match, a damaged table, a record Hayate cannot read). A torn last write is not
+/// corruption: fjall drops it and the store opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnCorruption {
+    /// Refuse to start, naming the directory and the error.
+    #[default]
+    Fail,
+    /// Rename the directory to `DIR.corrupt-<unix seconds>` (kept for inspection), log it at
+    /// error level, and start with an empty store.
+    MoveAside,
 }
 
 /// When an op counts as durable ([`Store::durable`]): what an acknowledgement waits for.
@@ -51,6 +66,7 @@ impl StorageConfig {
             sync_interval: Self::DEFAULT_SYNC_INTERVAL,
             mode: SyncMode::Batched,
             faults: None,
+            on_corruption: OnCorruption::Fail,
         }
     }
 }
@@ -70,7 +86,11 @@ pub enum StorageError {
     #[error("data directory {} is in use by another process", .0.display())]
     Locked(PathBuf),
     /// The engine refused to open the directory (damaged journal, unknown format...).
-    #[error("data directory {}: the store cannot be opened: {source}", dir.display())]
+    #[error(
+        "data directory {}: the store cannot be read: {source} (set [storage] on_corruption = \
+         \"move_aside\" to move it aside and start empty)",
+        dir.display()
+    )]
     Engine {
         /// The directory.
         dir: PathBuf,
@@ -78,7 +98,11 @@ pub enum StorageError {
         source: fjall::Error,
     },
     /// A stored record could not be read (written by a newer Hayate, or damaged).
-    #[error("data directory {}: {what}", dir.display())]
+    #[error(
+        "data directory {}: {what} (set [storage] on_corruption = \"move_aside\" to move it \
+         aside and start empty)",
+        dir.display()
+    )]
     Record {
         /// The directory.
         dir: PathBuf,
@@ -397,18 +421,22 @@ impl FjallStore {
     /// starts the store thread.
     pub fn open(config: StorageConfig) -> Result<(Arc<FjallStore>, Recovered), StorageError> {
         let dir = config.dir;
-        std::fs::create_dir_all(&dir).map_err(|source| StorageError::Dir {
-            dir: dir.clone(),
-            source,
-        })?;
-        let mut engine = Engine::open(&dir).map_err(|error| engine_error(&dir, error))?;
-        let recovered = engine.read_all().map_err(|read| match read {
-            ReadError::Engine(error) => engine_error(&dir, error),
-            ReadError::Record(what) => StorageError::Record {
-                dir: dir.clone(),
-                what,
-            },
-        })?;
+        let (engine, recovered) = match load(&dir) {
+            Ok(loaded) => loaded,
+            Err(error)
+                if error.is_corruption() && config.on_corruption == OnCorruption::MoveAside =>
+            {
+                let aside = move_aside(&dir)?;
+                tracing::error!(
+                    dir = %dir.display(),
+                    moved_to = %aside.display(),
+                    %error,
+                    "store_moved_aside: the store could not be read; starting empty"
+                );
+                load(&dir)?
+            }
+            Err(error) => return Err(error),
+        };
         let shared = Arc::new(Shared::default());
         shared
             .counters
@@ -504,9 +532,64 @@ impl Drop for FjallStore {
     }
 }
 
+/// Opens the engine in `dir` (created if missing) and reads back what it holds.
+fn load(dir: &Path) -> Result<(Engine, Recovered), StorageError> {
+    std::fs::create_dir_all(dir).map_err(|source| StorageError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let mut engine = Engine::open(dir).map_err(|error| engine_error(dir, error))?;
+    let recovered = engine.read_all().map_err(|read| match read {
+        ReadError::Engine(error) => engine_error(dir, error),
+        ReadError::Record(what) => StorageError::Record {
+            dir: dir.to_path_buf(),
+            what,
+        },
+    })?;
+    Ok((engine, recovered))
+}
+
+/// Renames `dir` to `DIR.corrupt-<unix seconds>` beside it; returns the new path.
+fn move_aside(dir: &Path) -> Result<PathBuf, StorageError> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".corrupt-{secs}"));
+    let aside = dir.with_file_name(name);
+    std::fs::rename(dir, &aside).map_err(|source| StorageError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    Ok(aside)
+}
+
+impl StorageError {
+    /// The store is there but cannot be read ([`OnCorruption`] applies); not a directory
+    /// that cannot be used or is in use.
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Engine { .. } | StorageError::Record { .. }
+        )
+    }
+}
+
 fn engine_error(dir: &Path, error: fjall::Error) -> StorageError {
     match error {
         fjall::Error::Locked => StorageError::Locked(dir.to_path_buf()),
+        // A file shorter than its contents say, or bytes that make no sense: damage.
+        fjall::Error::Io(source)
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+            ) =>
+        {
+            StorageError::Engine {
+                dir: dir.to_path_buf(),
+                source: fjall::Error::Io(source),
+            }
+        }
         fjall::Error::Io(source) => StorageError::Dir {
             dir: dir.to_path_buf(),
             source,

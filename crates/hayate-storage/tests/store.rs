@@ -8,7 +8,7 @@ use hayate_core::store::{
     StoredQueue, SubscriptionData,
 };
 use hayate_core::Message;
-use hayate_storage::{Faults, FjallStore, StorageConfig, StorageError, SyncMode};
+use hayate_storage::{Faults, FjallStore, OnCorruption, StorageConfig, StorageError, SyncMode};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,6 +21,7 @@ fn open_with(dir: &Path, sync_interval: Duration) -> (Arc<FjallStore>, Recovered
         sync_interval,
         mode: SyncMode::Batched,
         faults: None,
+        on_corruption: OnCorruption::Fail,
     })
     .expect("store opens")
 }
@@ -889,6 +890,92 @@ fn wait_until(done: impl Fn() -> bool) {
     while !done() {
         assert!(Instant::now() < deadline, "timed out");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Fills a store in `dir` with 200 retained messages and closes it.
+fn filled(dir: &Path) {
+    let (store, _) = open(dir);
+    for i in 0..200 {
+        store.append(StoreOp::PutRetained {
+            topic: format!("t/{i}"),
+            expires_at_ms: None,
+            publish: Bytes::from(vec![i as u8; 100]),
+        });
+    }
+    store.close();
+}
+
+/// The files fjall keeps in `dir` (not its lock), with their sizes.
+fn store_files(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                files.push((entry.path(), meta.len()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The table files of a closed store (fjall writes the memtables out at close).
+fn tables(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let tables: Vec<_> = store_files(dir)
+        .into_iter()
+        .filter(|(path, len)| *len > 0 && path.parent().is_some_and(|p| p.ends_with("tables")))
+        .collect();
+    assert!(!tables.is_empty(), "a closed store has a table file");
+    tables
+}
+
+/// A bit flipped in a table file, or a table file cut short, is damage: the store does not
+/// open, and the error names the directory and the way out; with `OnCorruption::MoveAside`
+/// the directory is renamed and the broker gets an empty store.
+#[test]
+fn a_damaged_store_is_refused_or_moved_aside() {
+    for damage in ["bit flip", "truncated"] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        filled(&data);
+        for (path, len) in tables(&data) {
+            let mut bytes = std::fs::read(&path).unwrap();
+            match damage {
+                "bit flip" => bytes[(len / 2) as usize] ^= 0x10,
+                _ => bytes.truncate((len / 2) as usize),
+            }
+            std::fs::write(&path, bytes).unwrap();
+        }
+        let error = FjallStore::open(StorageConfig::new(&data))
+            .err()
+            .unwrap_or_else(|| panic!("{damage}: a damaged store opened"));
+        assert!(error.is_corruption(), "{damage}: {error}");
+        let message = error.to_string();
+        assert!(
+            message.contains(&data.display().to_string()) && message.contains("move_aside"),
+            "{damage}: {message}"
+        );
+        let mut config = StorageConfig::new(&data);
+        config.on_corruption = OnCorruption::MoveAside;
+        let (store, recovered) = FjallStore::open(config).expect("moved aside, opened empty");
+        assert!(recovered.retained.is_empty(), "{damage}: starts empty");
+        store.close();
+        let aside: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("data.corrupt-"))
+            .collect();
+        assert_eq!(
+            aside.len(),
+            1,
+            "{damage}: the damaged store is kept beside it"
+        );
     }
 }
 

@@ -138,7 +138,7 @@ impl Channel {
         let missed = if shared.is_none() && !existed {
             broker
                 .router
-                .missed(inner, self.arrival, subscribed.version)
+                .missed(inner, self.arrival, subscribed.version, session_id)
         } else {
             Vec::new()
         };
