@@ -416,6 +416,8 @@ impl World {
                 retain: b & 4 != 0,
                 subscription_ids,
                 shared_group: (b & 8 != 0).then(|| Arc::from("g")),
+                seq: 0,
+                maybe_sent: false,
             };
             self.enqueue(s, delivery, weight, expires_ms);
         }

@@ -113,13 +113,13 @@ impl Broker {
     /// now, with the rules in force now).
     pub(crate) fn publish_will(
         &self,
-        cell: &SessionCell,
+        client_id: &str,
         will: Box<PendingWill>,
         now: Instant,
         wake: &mut WakeList,
     ) {
         if !self.hooks.authorize_publish(&will.client, &will.will.topic) {
-            tracing::info!(client_id = %cell.client_id, username = ?will.client.username, topic = %will.will.topic, "will_denied");
+            tracing::info!(client_id, username = ?will.client.username, topic = %will.will.topic, "will_denied");
             Stats::add(&self.stats.denied_publish, 1);
             return;
         }
@@ -139,7 +139,7 @@ impl Broker {
             Some(will.publisher),
         )
         .with_publisher_key(hayate_session::publisher_key(&will.client.client_id));
-        tracing::debug!(client_id = %cell.client_id, topic = %will.will.topic, "will_published");
+        tracing::debug!(client_id, topic = %will.will.topic, "will_published");
         self.publish(Arc::new(message), now, wake);
     }
 
@@ -179,7 +179,7 @@ impl Broker {
             }
         }
         if let Some(will) = will {
-            self.publish_will(cell, will, now, wake);
+            self.publish_will(&cell.client_id, will, now, wake);
         }
     }
 
@@ -245,11 +245,22 @@ impl Broker {
         self.router
             .redistribute_shared(cell.id, shared, self.reader(), now, wake);
         if let Some(will) = will_now {
-            self.publish_will(cell, will, now, wake);
+            self.publish_will(&cell.client_id, will, now, wake);
         }
         if expiry == 0 {
             self.end_session(cell, now, wake);
         }
+    }
+
+    /// Publishes `cell`'s pending will at `at` unless it is attached again (its epoch moves on)
+    /// before then.
+    pub(crate) fn schedule_will(&self, cell: &Arc<SessionCell>, epoch: u64, at: Instant) {
+        self.timers.schedule(TimerEntry {
+            at,
+            kind: TimerKind::Will,
+            epoch,
+            cell: cell.clone(),
+        });
     }
 
     /// Ends `cell` at `at` unless it is attached again (its epoch moves on) before then.
@@ -278,10 +289,16 @@ impl Broker {
                     let will = {
                         let mut state = entry.cell.state.lock();
                         state.will_due = None;
-                        state.will.take()
+                        let will = state.will.take();
+                        if will.is_some() {
+                            self.persist_for(&state, || crate::store::StoreOp::DeleteWill {
+                                client_id: entry.cell.client_id.to_string(),
+                            });
+                        }
+                        will
                     };
                     if let Some(will) = will {
-                        self.publish_will(&entry.cell, will, now, wake);
+                        self.publish_will(&entry.cell.client_id, will, now, wake);
                     }
                 }
                 TimerKind::Expiry => {

@@ -23,14 +23,15 @@
 //! memory is held (the session's lock, the retained tree's lock).
 
 use crate::broker::Broker;
-use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
-use crate::router::SubEntry;
+use crate::hooks::{ClientInfo, ListenerInfo};
+use crate::registry::{PendingWill, SessionCell, SessionState, SubscriptionRecord};
+use crate::router::{SubEntry, WakeList};
 use crate::store::{
     MessageBody, PageEntry, QueueEntry, Recovered, SessionRecord, Store, StoreOp, StoredMessage,
-    StoredQueue, SubscriptionData, Ticket,
+    StoredQueue, StoredWill, SubscriptionData, Ticket,
 };
 use bytes::{Bytes, BytesMut};
-use hayate_codec::{Packet, ProtocolVersion, Publish, QoS, SubscriptionOptions};
+use hayate_codec::{Packet, ProtocolVersion, Publish, QoS, SubscriptionOptions, Will};
 use hayate_session::{Delivery, JournalEvent, Message};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -250,6 +251,9 @@ pub struct Restored {
     /// Queued QoS 1/2 messages put back (left on disk until their client reads them, or
     /// awaiting PUBCOMP).
     pub queued: usize,
+    /// Wills published at restore: their delay passed, or their session expired, while the
+    /// broker was down.
+    pub wills_published: usize,
 }
 
 impl Broker {
@@ -314,14 +318,24 @@ impl Broker {
             self.router.retained_count() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
+        // Wills due now go out once every session is back, so that they reach them.
+        let mut due: Vec<(Arc<str>, Box<PendingWill>)> = Vec::new();
         for (record, subscriptions) in recovered.sessions {
             let down_ms = now_ms.saturating_sub(record.disconnected_at_ms.unwrap_or(now_ms));
+            let client_id: Arc<str> = Arc::from(record.client_id.as_str());
             let left = match record.expiry_interval {
                 u32::MAX => None,
                 secs => match (u64::from(secs) * 1000).checked_sub(down_ms) {
                     Some(left) if left > 0 => Some(Duration::from_millis(left)),
                     _ => {
+                        // Ended while the broker was down: a will still pending goes out now
+                        // [MQTT-3.1.3-9].
                         report.sessions_expired += 1;
+                        let will = record
+                            .will
+                            .as_ref()
+                            .and_then(|w| pending_will(&client_id, w, 0));
+                        due.extend(will.map(|will| (client_id.clone(), Box::new(will))));
                         attached.store.append(StoreOp::DeleteSession {
                             client_id: record.client_id,
                         });
@@ -330,14 +344,61 @@ impl Broker {
                 },
             };
             let cell = self.restore_session(&record, subscriptions, left, now, &mut report);
-            if let Some(queue) = queues.remove(&record.client_id) {
-                let mut state = cell.state.lock();
-                restore_queue(&mut state, queue, &mut report);
-                attached.flush(&cell.client_id, &mut state);
+            let mut state = cell.state.lock();
+            match queues.remove(&record.client_id) {
+                Some(queue) => restore_queue(&mut state, queue, &mut report),
+                // Messages queued from now on are stored too.
+                None => state.session.enable_journal(1),
             }
+            if let Some(stored) = &record.will {
+                self.restore_will(&cell, &mut state, stored, &record, now, &mut due);
+            }
+            attached.flush(&cell.client_id, &mut state);
+            drop(state);
             report.sessions += 1;
         }
+        report.wills_published = due.len();
+        let mut wake = WakeList::new();
+        for (client_id, will) in due {
+            self.publish_will(&client_id, will, now, &mut wake);
+        }
         report
+    }
+
+    /// Puts a stored session's pending will back: its delay runs from the disconnection (from
+    /// now for a session whose connection was open when the broker stopped: that connection
+    /// failed), at most until the session expires; a will already due goes to `due`.
+    fn restore_will(
+        &self,
+        cell: &Arc<SessionCell>,
+        state: &mut SessionState,
+        stored: &StoredWill,
+        record: &SessionRecord,
+        now: Instant,
+        due: &mut Vec<(Arc<str>, Box<PendingWill>)>,
+    ) {
+        let Some(attached) = self.attached() else {
+            return;
+        };
+        let Some(will) = pending_will(&cell.client_id, stored, cell.id) else {
+            tracing::warn!(client_id = %cell.client_id, "stored_will_unreadable");
+            return;
+        };
+        let since = record
+            .disconnected_at_ms
+            .map_or(now, |at| attached.instant(at));
+        let delay = stored.delay.min(record.expiry_interval);
+        let at = since + Duration::from_secs(u64::from(delay));
+        if at <= now {
+            due.push((cell.client_id.clone(), Box::new(will)));
+            attached.store.append(StoreOp::DeleteWill {
+                client_id: cell.client_id.to_string(),
+            });
+            return;
+        }
+        state.will = Some(Box::new(will));
+        state.will_due = Some(at);
+        self.schedule_will(cell, state.epoch, at);
     }
 
     /// Puts one disconnected session back with its subscriptions.
@@ -404,6 +465,7 @@ impl Broker {
             expiry_interval: state.expiry_interval,
             protocol: state.protocol,
             disconnected_at_ms: disconnected_at.map(|at| attached.unix_ms(at)),
+            will: state.will.as_deref().and_then(stored_will),
         }));
     }
 
@@ -415,6 +477,66 @@ impl Broker {
             }
         }
     }
+}
+
+/// The stored form of a pending will; `None` if it cannot be encoded.
+fn stored_will(will: &PendingWill) -> Option<StoredWill> {
+    let mut properties = will.will.properties.clone();
+    let delay = properties.will_delay_interval.take().unwrap_or(0);
+    let message = Message::new(
+        will.will.topic.clone(),
+        will.will.payload.clone(),
+        will.will.qos,
+        will.will.retain,
+        properties,
+        None,
+        None,
+    );
+    Some(StoredWill {
+        publish: encode_message(&message)?,
+        delay,
+        username: will.client.username.as_deref().map(str::to_string),
+        listener: will.client.listener.name.to_string(),
+        transport_identity: will
+            .client
+            .transport_identity
+            .as_deref()
+            .map(str::to_string),
+    })
+}
+
+/// A pending will from its stored form, set by session `publisher`; `None` if unreadable.
+fn pending_will(client_id: &Arc<str>, stored: &StoredWill, publisher: u64) -> Option<PendingWill> {
+    let mut buf = BytesMut::from(&stored.publish[..]);
+    let Ok(Some(Packet::Publish(p))) =
+        hayate_codec::decode(&mut buf, ProtocolVersion::V5, u32::MAX)
+    else {
+        return None;
+    };
+    let mut properties = p.properties;
+    properties.will_delay_interval = (stored.delay > 0).then_some(stored.delay);
+    let listener = ListenerInfo {
+        name: Arc::from(stored.listener.as_str()),
+        ..ListenerInfo::default()
+    };
+    Some(PendingWill {
+        will: Will {
+            topic: p.topic,
+            payload: p.payload,
+            qos: p.qos,
+            retain: p.retain,
+            properties,
+        },
+        publisher,
+        client: Arc::new(ClientInfo {
+            client_id: client_id.clone(),
+            username: stored.username.as_deref().map(Arc::from),
+            peer: None,
+            listener: Arc::new(listener),
+            transport_identity: stored.transport_identity.as_deref().map(Arc::from),
+            grant: None,
+        }),
+    })
 }
 
 /// Puts a session's stored queue back: released entries (their PUBREL is sent again) and

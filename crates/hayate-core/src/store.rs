@@ -38,6 +38,12 @@ pub enum StoreOp {
     },
     /// A persistent session was created or changed.
     PutSession(SessionRecord),
+    /// The pending will of a stored session was published (or dropped): the session record
+    /// keeps everything else.
+    DeleteWill {
+        /// Client identifier.
+        client_id: String,
+    },
     /// A session ended: remove it and all its subscriptions.
     DeleteSession {
         /// Client identifier.
@@ -198,6 +204,25 @@ pub struct SessionRecord {
     /// When its last connection ended, in milliseconds since the Unix epoch; `None` while
     /// connected. Downtime counts against the expiry interval.
     pub disconnected_at_ms: Option<u64>,
+    /// Its will, while one is pending (the connection's, or a disconnected one's whose delay
+    /// has not passed).
+    pub will: Option<StoredWill>,
+}
+
+/// A pending will as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWill {
+    /// The will message as an MQTT 5 PUBLISH (topic, payload, QoS, retain and its properties
+    /// but the Will Delay Interval, which a PUBLISH cannot carry).
+    pub publish: Bytes,
+    /// Will Delay Interval in seconds.
+    pub delay: u32,
+    /// Who set it, as authenticated: the will is authorised as their publish.
+    pub username: Option<String>,
+    /// The listener they connected through.
+    pub listener: String,
+    /// The identity their transport proved, if any.
+    pub transport_identity: Option<String>,
 }
 
 /// A subscription as stored.

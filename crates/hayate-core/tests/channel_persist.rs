@@ -260,3 +260,119 @@ fn the_suback_of_a_stored_session_waits_for_the_store() {
     let mut clean = h.client(ConnectSpec::v5("clean"));
     assert_eq!(clean.subscribe("x", QoS::AtMostOnce), vec![0]);
 }
+
+/// A v5 client with a persistent session and a will (QoS 1, on `status/<id>`) with `delay`.
+fn with_will(h: &CoreHarness, client_id: &str, delay: u32) -> TestChannel {
+    h.client(
+        ConnectSpec::v5(client_id)
+            .clean_start(false)
+            .session_expiry(600)
+            .will(&format!("status/{client_id}"), b"gone", QoS::AtLeastOnce)
+            .will_delay(delay),
+    )
+}
+
+/// A persistent watcher of `status/#` (its session outlives every test), offline.
+fn watcher(h: &CoreHarness) {
+    let mut watcher = long_lived(h, "watcher");
+    assert_eq!(watcher.subscribe("status/#", QoS::AtLeastOnce), vec![1]);
+    watcher.finish();
+}
+
+fn long_lived(h: &CoreHarness, client_id: &str) -> TestChannel {
+    h.client(
+        ConnectSpec::v5(client_id)
+            .clean_start(false)
+            .session_expiry(3_600),
+    )
+}
+
+fn wills_seen(h: &CoreHarness) -> Vec<String> {
+    long_lived(h, "watcher")
+        .transmit_publishes()
+        .iter()
+        .map(|p| p.topic.to_string())
+        .collect()
+}
+
+#[test]
+fn a_will_with_a_delay_survives_a_restart_and_its_delay_counts_the_downtime() {
+    let first = CoreHarness::new();
+    let store = attached(&first, T0_MS);
+    watcher(&first);
+    // The connection fails (no DISCONNECT): the will is due 60 s later.
+    with_will(&first, "dev", 60).finish();
+    let recovered = fold(&store.take());
+
+    // Back 45 s later: 15 s left.
+    let second = CoreHarness::new();
+    attached(&second, T0_MS + 45_000);
+    let restored = second.broker.restore(recovered, second.now());
+    assert_eq!(restored.wills_published, 0);
+    second.advance(Duration::from_millis(14_900));
+    second.run_timers();
+    assert!(
+        second
+            .session("watcher")
+            .unwrap()
+            .state
+            .lock()
+            .session
+            .spilled()
+            == 0
+    );
+    second.advance(Duration::from_millis(200));
+    second.run_timers();
+    assert_eq!(wills_seen(&second), vec!["status/dev"]);
+}
+
+#[test]
+fn a_will_whose_delay_passed_while_the_broker_was_down_is_published_at_restore() {
+    let first = CoreHarness::new();
+    let store = attached(&first, T0_MS);
+    watcher(&first);
+    with_will(&first, "dev", 10).finish();
+    let recovered = fold(&store.take());
+    let second = CoreHarness::new();
+    let store = attached(&second, T0_MS + 20_000);
+    assert_eq!(
+        second
+            .broker
+            .restore(recovered, second.now())
+            .wills_published,
+        1
+    );
+    assert!(store.take().contains(&StoreOp::DeleteWill {
+        client_id: "dev".into()
+    }));
+    assert_eq!(wills_seen(&second), vec!["status/dev"]);
+}
+
+#[test]
+fn a_connection_open_when_the_broker_stopped_has_its_will_published_as_a_failure() {
+    let first = CoreHarness::new();
+    let store = attached(&first, T0_MS);
+    watcher(&first);
+    // Still connected when the broker dies: its will (no delay) must go out after the restart.
+    let _dev = with_will(&first, "dev", 0);
+    // A client that disconnected normally has no will to send.
+    let mut polite = with_will(&first, "polite", 0);
+    polite
+        .send(hayate_codec::Packet::Disconnect(hayate_codec::Disconnect {
+            reason_code: hayate_codec::ReasonCode::SUCCESS,
+            properties: Default::default(),
+        }))
+        .unwrap_err();
+    polite.finish();
+    let recovered = fold(&store.take());
+    let second = CoreHarness::new();
+    attached(&second, T0_MS + 5_000);
+    assert_eq!(
+        second
+            .broker
+            .restore(recovered, second.now())
+            .wills_published,
+        1
+    );
+    assert_eq!(wills_seen(&second), vec!["status/dev"]);
+}

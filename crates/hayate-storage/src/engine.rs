@@ -318,6 +318,21 @@ impl Engine {
                     .insert(key, Some(record::session_value(session)));
             }
             StoreOp::DeleteSession { client_id } => self.delete_session(pending, client_id)?,
+            StoreOp::DeleteWill { client_id } => {
+                let key = checked_key(client_id.as_bytes().to_vec(), "client id")?;
+                let value = match pending.sessions.get(&key) {
+                    Some(value) => value.clone(),
+                    None => self.sessions.get(&key)?.map(|value| value.to_vec()),
+                };
+                if let Some(value) = value {
+                    let mut record = record::read_session(&key, &value)
+                        .map_err(|Unreadable(what)| OpError::Key(what))?;
+                    record.will = None;
+                    pending
+                        .sessions
+                        .insert(key, Some(record::session_value(&record)));
+                }
+            }
             StoreOp::PutSubscription {
                 client_id,
                 subscription,

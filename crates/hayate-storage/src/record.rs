@@ -13,7 +13,7 @@
 //! | `msg` | message id (u64) | as `retained` |
 
 use bytes::Bytes;
-use hayate_core::store::{QueueEntry, SessionRecord, SubscriptionData};
+use hayate_core::store::{QueueEntry, SessionRecord, StoredWill, SubscriptionData};
 
 /// The format version written in front of every value.
 const FORMAT: u8 = 1;
@@ -104,7 +104,34 @@ pub(crate) fn session_value(record: &SessionRecord) -> Vec<u8> {
     put_optional(&mut out, record.disconnected_at_ms, |o, v| {
         o.extend_from_slice(&v.to_be_bytes())
     });
+    // Added later: a value that ends here has no will.
+    put_optional(&mut out, record.will.as_ref(), |o, will| {
+        o.extend_from_slice(&will.delay.to_be_bytes());
+        put_string(o, Some(&will.listener));
+        put_string(o, will.username.as_deref());
+        put_string(o, will.transport_identity.as_deref());
+        o.extend_from_slice(&(will.publish.len() as u32).to_be_bytes());
+        o.extend_from_slice(&will.publish);
+    });
     out
+}
+
+/// A string of at most 65,535 bytes (longer ones are cut), or none: flag, u16 length, bytes.
+fn put_string(out: &mut Vec<u8>, value: Option<&str>) {
+    put_optional(out, value, |o, s| {
+        let bytes = &s.as_bytes()[..s.len().min(usize::from(u16::MAX))];
+        o.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        o.extend_from_slice(bytes);
+    });
+}
+
+impl Fields<'_> {
+    fn string(&mut self) -> Option<Option<String>> {
+        self.optional(|f| {
+            let len = usize::from(f.u16()?);
+            std::str::from_utf8(f.take(len)?).ok().map(str::to_string)
+        })
+    }
 }
 
 /// A session from its key (the client id) and value.
@@ -113,11 +140,33 @@ pub(crate) fn read_session(key: &[u8], value: &[u8]) -> Result<SessionRecord, Un
     let mut fields = Fields(value);
     let mut read = || -> Option<_> {
         fields.version()?;
+        let expiry_interval = fields.u32()?;
+        let protocol = fields.u8()?;
+        let disconnected_at_ms = fields.optional(Fields::u64)?;
+        let will = if fields.0.is_empty() {
+            None
+        } else {
+            fields.optional(|f| {
+                let delay = f.u32()?;
+                let listener = f.string()?.unwrap_or_default();
+                let username = f.string()?;
+                let transport_identity = f.string()?;
+                let len = f.u32()? as usize;
+                Some(StoredWill {
+                    publish: Bytes::copy_from_slice(f.take(len)?),
+                    delay,
+                    username,
+                    listener,
+                    transport_identity,
+                })
+            })?
+        };
         Some(SessionRecord {
             client_id: client_id.to_string(),
-            expiry_interval: fields.u32()?,
-            protocol: fields.u8()?,
-            disconnected_at_ms: fields.optional(Fields::u64)?,
+            expiry_interval,
+            protocol,
+            disconnected_at_ms,
+            will,
         })
     };
     read().ok_or(Unreadable("session"))
@@ -299,10 +348,25 @@ mod tests {
             expiry_interval: u32::MAX,
             protocol: 4,
             disconnected_at_ms: Some(1_800_000_000_123),
+            will: None,
         };
         assert_eq!(
             read_session(b"dev-1", &session_value(&session)),
-            Ok(session)
+            Ok(session.clone())
+        );
+        let with_will = SessionRecord {
+            will: Some(StoredWill {
+                publish: Bytes::from_static(b"\x30\x05\x00\x01wbye"),
+                delay: 30,
+                username: Some("alice".into()),
+                listener: "main".into(),
+                transport_identity: None,
+            }),
+            ..session
+        };
+        assert_eq!(
+            read_session(b"dev-1", &session_value(&with_will)),
+            Ok(with_will)
         );
         let sub = SubscriptionData {
             filter: "$share/g/a/+/b".into(),

@@ -36,6 +36,7 @@ fn record(client_id: &str, expiry: u32, disconnected_at_ms: Option<u64>) -> Sess
         expiry_interval: expiry,
         protocol: 5,
         disconnected_at_ms,
+        will: None,
     }
 }
 
@@ -432,6 +433,11 @@ impl Model {
             StoreOp::PutSession(r) => {
                 self.sessions.insert(r.client_id.clone(), r.clone());
             }
+            StoreOp::DeleteWill { client_id } => {
+                if let Some(r) = self.sessions.get_mut(client_id) {
+                    r.will = None;
+                }
+            }
             StoreOp::DeleteSession { client_id } => {
                 self.sessions.remove(client_id);
                 self.subs.retain(|(c, _), _| c != client_id);
@@ -594,6 +600,7 @@ fn op_strategy() -> impl Strategy<Value = StoreOp> {
                 expiry_interval: e,
                 protocol: p,
                 disconnected_at_ms: d,
+                will: None,
             })
         }),
         client.clone().prop_map(|c| StoreOp::DeleteSession {

@@ -186,6 +186,11 @@ pub fn state(ops: &[StoreOp]) -> Held {
             StoreOp::PutSession(record) => {
                 sessions.insert(record.client_id.clone(), record);
             }
+            StoreOp::DeleteWill { client_id } => {
+                if let Some(record) = sessions.get_mut(&client_id) {
+                    record.will = None;
+                }
+            }
             StoreOp::DeleteSession { client_id } => {
                 sessions.remove(&client_id);
                 subs.retain(|(id, _), _| *id != client_id);

@@ -240,9 +240,6 @@ impl Channel {
             state.expiry_interval = expiry;
             state.will_due = None;
             state.protocol = self.version.level();
-            if expiry != 0 {
-                self.broker.persist_session(&cell, &mut state, None);
-            }
             let old_doorbell = state.doorbell.replace(self.doorbell.clone());
             // A will still pending from the previous connection is not sent when the client
             // is back before its delay ran out [MQTT-3.1.3-9]; on takeover of a live
@@ -258,6 +255,11 @@ impl Channel {
                 })
             });
             state.client = Some(client.clone());
+            if expiry != 0 {
+                // With its will: a broker that stops with this connection open publishes it
+                // after the restart, as a connection that failed.
+                self.broker.persist_session(&cell, &mut state, None);
+            }
             state.session.attach(params);
             (old_will, old_doorbell.filter(|_| taking_over))
         };
@@ -265,7 +267,7 @@ impl Channel {
             doorbell.notify_one();
         }
         if let Some(will) = old_will {
-            self.broker.publish_will(&cell, will, now, wake);
+            self.broker.publish_will(&cell.client_id, will, now, wake);
         }
 
         self.cell = Some(cell);

@@ -20,6 +20,7 @@ fn session(client_id: &str) -> StoreOp {
         expiry_interval: 60,
         protocol: 5,
         disconnected_at_ms: None,
+        will: None,
     })
 }
 
