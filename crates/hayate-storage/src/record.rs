@@ -5,7 +5,7 @@
 //! | keyspace | key | value |
 //! |---|---|---|
 //! | `retained` | topic | version, expiry flag, expiry ms (u64, when flagged), MQTT 5 PUBLISH |
-//! | `sessions` | client id | version, expiry interval (u32), protocol (u8), disconnected flag, disconnected-at ms (u64, when flagged) |
+//! | `sessions` | client id | version, expiry interval (u32), protocol (u8), disconnected flag, disconnected-at ms (u64, when flagged), will flag, will (delay u32; listener, user name and transport identity as flagged u16-length strings; u32-length MQTT 5 PUBLISH; absent in values written before wills were stored) |
 //! | `subs` | client id length (u16), client id, filter | version, options byte, id flag, subscription id (u32, when flagged) |
 //! | `queue` | client id length (u16), client id, seq (u64) | version, message id (u64), QoS (u8), retain (u8), subscription id count (u16) and ids (u32 each), group flag, group (u16 length, bytes, when flagged) |
 //! | `rel` | client id length (u16), client id, seq (u64) | version (a released entry: PUBREL sent, PUBCOMP awaited) |
