@@ -101,12 +101,15 @@ def main():
         lost += check(port, rnd)
         pub = client(port, "kill9-publisher")
         pending = {}
+        early = set()  # PUBACKs that came before their publish() call returned
 
         def on_publish(_c, _u, mid, _rc, _props):
             with lock:
                 if mid in pending:
                     topic, value = pending.pop(mid)
                     acked[topic] = max(acked.get(topic, (0, 0)), value)
+                else:
+                    early.add(mid)
 
         pub.on_publish = on_publish
         kill_at = time.time() + random.uniform(0.05, 0.5)
@@ -114,9 +117,15 @@ def main():
         while time.time() < kill_at:
             seq += 1
             topic = f"kill9/{random.randrange(args.topics)}"
+            # Not under `lock`: paho calls on_publish holding its own lock, which publish()
+            # takes too (holding both in opposite orders could deadlock).
+            info = pub.publish(topic, f"{rnd}:{seq}", qos=1, retain=True)
             with lock:
-                info = pub.publish(topic, f"{rnd}:{seq}", qos=1, retain=True)
-                pending[info.mid] = (topic, (rnd, seq))
+                if info.mid in early:
+                    early.discard(info.mid)
+                    acked[topic] = max(acked.get(topic, (0, 0)), (rnd, seq))
+                else:
+                    pending[info.mid] = (topic, (rnd, seq))
             time.sleep(0.0005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
