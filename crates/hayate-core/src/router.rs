@@ -446,9 +446,20 @@ impl Router {
 
     /// Drops expired retained messages (§3.3.1.3); returns how many.
     pub fn prune_retained(&self, now: Instant) -> usize {
-        self.retained
-            .write()
-            .retain(|_topic, message| !message.is_expired(now))
+        let store = self.persistence.get();
+        self.retained.write().retain(|_topic, message| {
+            let expired = message.is_expired(now);
+            // Client-made messages are stored: remove them from the store too (under the
+            // tree's lock, so the store keeps the tree's order).
+            if let (true, Some(attached), Some(_)) = (expired, store, message.publisher) {
+                attached
+                    .store
+                    .append(crate::store::StoreOp::DeleteRetained {
+                        topic: message.topic.to_string(),
+                    });
+            }
+            !expired
+        })
     }
 
     /// Retained messages stored.

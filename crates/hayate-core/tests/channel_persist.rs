@@ -376,3 +376,58 @@ fn a_connection_open_when_the_broker_stopped_has_its_will_published_as_a_failure
     );
     assert_eq!(wills_seen(&second), vec!["status/dev"]);
 }
+
+/// A v5 client that sent no client id gets one assigned; its persistent session is stored
+/// under it, so the client resumes it after a restart with that id.
+#[test]
+fn an_assigned_client_id_and_its_session_survive_a_restart() {
+    let first = CoreHarness::new();
+    let store = attached(&first, T0_MS);
+    let mut device = first.channel();
+    let connack = device.connect(ConnectSpec::v5("").clean_start(false).session_expiry(600));
+    let assigned = connack
+        .properties
+        .assigned_client_identifier
+        .expect("an id is assigned")
+        .to_string();
+    assert_eq!(device.subscribe("cmd/#", QoS::AtLeastOnce), vec![1]);
+    device.finish();
+    let recovered = fold(&store.take());
+    let second = CoreHarness::new();
+    attached(&second, T0_MS + 1_000);
+    assert_eq!(second.broker.restore(recovered, second.now()).sessions, 1);
+    let mut device = second.channel();
+    let connack = device.connect(
+        ConnectSpec::v5(&assigned)
+            .clean_start(false)
+            .session_expiry(600),
+    );
+    assert!(connack.session_present, "resumed under the assigned id");
+    second
+        .client(ConnectSpec::v5("pub"))
+        .publish("cmd/x", b"x", QoS::AtLeastOnce)
+        .unwrap();
+    assert_eq!(device.transmit_publishes().len(), 1);
+}
+
+#[test]
+fn a_retained_message_that_expires_is_removed_from_the_store() {
+    let h = CoreHarness::new();
+    let store = attached(&h, T0_MS);
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    let mut publish =
+        hayate_testkit::publish_packet("state/lamp", b"on", QoS::AtMostOnce, true, None);
+    publish.properties.message_expiry_interval = Some(10);
+    publisher
+        .send(hayate_codec::Packet::Publish(publish))
+        .expect("retained publish");
+    assert_eq!(fold(&store.take()).retained.len(), 1);
+    h.advance(Duration::from_secs(11));
+    h.run_timers();
+    assert_eq!(
+        store.take(),
+        vec![StoreOp::DeleteRetained {
+            topic: "state/lamp".into()
+        }]
+    );
+}

@@ -45,7 +45,7 @@
 //!
 //! - persisted reference counts: they are rebuilt by reading every queue entry at open;
 //! - a free-space threshold; a bound on the backlog;
-//! - assigned client ids, the design's `meta` keyspace.
+//! - the design's `meta` keyspace.
 //!
 //! [`StoreOp`]: hayate_core::store::StoreOp
 //! [`Store::append`]: hayate_core::store::Store::append
