@@ -99,8 +99,14 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn open(dir: &Path) -> fjall::Result<Engine> {
-        let db = Database::builder(dir).open()?;
-        let keyspace = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        // Memory that would otherwise grow with what is written (and replayed at start): at
+        // most 16 MiB of memtable per keyspace and 128 MiB of journal before memtables are
+        // written out (fjall's defaults: 64 MiB and 512 MiB).
+        let db = Database::builder(dir)
+            .max_journaling_size(128 * 1024 * 1024)
+            .open()?;
+        let options = || KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024);
+        let keyspace = |name: &str| db.keyspace(name, options);
         Ok(Engine {
             retained: keyspace("retained")?,
             sessions: keyspace("sessions")?,
