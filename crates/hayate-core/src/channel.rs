@@ -300,10 +300,13 @@ impl Channel {
         }
         self.release_acks(out);
         let broker = self.broker.clone();
-        let durable = broker.attached().map(|attached| attached.store.durable());
+        let attached = broker.attached();
         let report = self.with_session(out, |state, out| {
-            // A stored session's PUBRELs and QoS 2 PUBLISHes wait for the store.
-            let waiting = durable.and_then(|durable| state.session.confirm(durable));
+            // A stored session's PUBRELs and QoS 2 PUBLISHes wait for the store (other sessions
+            // do not ask it).
+            let waiting = attached
+                .filter(|_| state.session.is_journaled())
+                .and_then(|attached| state.session.confirm(attached.store.durable()));
             let report = state.session.poll_transmit(now, out);
             // A stored session whose queue is on disk reads the next page as it runs low.
             let page = state.session.take_page_request();

@@ -266,6 +266,8 @@ pub(crate) struct Shared {
     /// An op was appended after close (logged once).
     late_logged: AtomicBool,
     durable: Mutex<Durable>,
+    /// `durable.ticket`, for lock-free reads (written under that lock).
+    durable_ticket: AtomicU64,
     /// Set while writes fail ([`Store::accepting`] is its negation).
     failing: AtomicBool,
 }
@@ -285,6 +287,7 @@ impl Shared {
         }
         durable.ticket = durable.ticket.max(ticket);
         let now = durable.ticket;
+        self.durable_ticket.store(now, Ordering::Release);
         durable.waiting.retain(|(wanted, doorbell)| {
             let due = *wanted <= now;
             if due {
@@ -361,7 +364,8 @@ impl Store for FjallStore {
     /// In `batched` mode an op is durable once its batch is committed (it survives a kill -9
     /// of the broker; the fsync follows within the sync interval).
     fn durable(&self) -> Ticket {
-        self.shared.durable.lock().ticket
+        // Read without the lock: connections ask on every transmit of a stored session.
+        self.shared.durable_ticket.load(Ordering::Acquire)
     }
 
     fn accepting(&self) -> bool {
