@@ -2,6 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 use hayate_codec::{encode_publish_header, ByteStr, Properties, ProtocolVersion, QoS};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -37,9 +38,13 @@ pub struct Message {
     /// When the bytes carrying it reached the broker ([`Arrival::UNKNOWN`] for broker-made
     /// messages).
     pub arrival: Arrival,
-    /// Encoded PUBLISH headers, one per distinct wire form, made on first use and then shared by
-    /// every subscriber that receives that form. Lazily allocated: most messages use one form.
+    /// Encoded PUBLISH headers, one per distinct wire form, kept from a form's second use on
+    /// and then shared by every further subscriber that receives that form. The first use
+    /// encodes straight into its output: most messages go out once, in one form, and caching
+    /// would cost them three allocations.
     encoded: Mutex<Vec<(u8, EncodedHeader)>>,
+    /// Forms used at least once (bit per form key, see [`form_key`]).
+    forms_used: AtomicU16,
     /// The id its body is stored under, once a stored session queued it (the body is written
     /// once however many sessions queue it).
     pub store_id: std::sync::OnceLock<u64>,
@@ -110,6 +115,7 @@ impl Message {
             publisher_key: 0,
             arrival: Arrival::UNKNOWN,
             encoded: Mutex::new(Vec::new()),
+            forms_used: AtomicU16::new(0),
             store_id: std::sync::OnceLock::new(),
         }
     }
@@ -152,22 +158,28 @@ impl Message {
         max_packet_size: u32,
         out: &mut crate::OutBuf,
     ) -> Option<usize> {
-        let WireForm {
-            version,
-            qos,
-            retain,
-        } = form;
-        let header = self.header_for(version, qos, retain)?;
-        let total = header.bytes.len() + self.payload.len();
+        let total = self.encoded_header_len(form)? + self.payload.len();
         if total > max_packet_size as usize {
             return None;
         }
+        let key = form_key(form);
         let start = out.tail_len();
-        out.put_slice(&header.bytes);
+        let packet_id_offset = if self.forms_used.fetch_or(1 << key, Ordering::Relaxed)
+            & (1 << key)
+            == 0
+        {
+            // First use of this form: encode into the output, cache nothing.
+            self.encode_header(form, out.tail_mut())?
+        } else {
+            let header = self.cached_header(form)?;
+            out.put_slice(&header.bytes);
+            header.packet_id_offset
+        };
+        let WireForm { qos, retain, .. } = form;
         if dup {
             out.patch_tail(start, 0x30 | 0x08 | ((qos as u8) << 1) | u8::from(retain));
         }
-        if let (Some(offset), Some(id)) = (header.packet_id_offset, packet_id) {
+        if let (Some(offset), Some(id)) = (packet_id_offset, packet_id) {
             let id = id.to_be_bytes();
             out.patch_tail(start + offset, id[0]);
             out.patch_tail(start + offset + 1, id[1]);
@@ -176,20 +188,27 @@ impl Message {
         Some(total)
     }
 
-    fn header_for(
-        &self,
-        version: ProtocolVersion,
-        qos: QoS,
-        retain: bool,
-    ) -> Option<EncodedHeader> {
-        let form = (u8::from(version.is_v5()) << 3) | ((qos as u8) << 1) | u8::from(retain);
-        let mut cache = self
-            .encoded
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((_, header)) = cache.iter().find(|(f, _)| *f == form) {
-            return Some(header.clone());
-        }
+    /// The length of the PUBLISH header (fixed header, topic, packet id, properties) in `form`.
+    fn encoded_header_len(&self, form: WireForm) -> Option<usize> {
+        let WireForm { version, qos, .. } = form;
+        Some(hayate_codec::publish_header_len(
+            version,
+            self.topic.len(),
+            qos != QoS::AtMostOnce,
+            &self.properties,
+            self.payload.len(),
+        ))
+    }
+
+    /// Appends the header of `form` to `buf` (packet id 1 as a placeholder) and returns the
+    /// offset of the packet id from the header's start, if it has one.
+    fn encode_header(&self, form: WireForm, buf: &mut BytesMut) -> Option<Option<usize>> {
+        let WireForm {
+            version,
+            qos,
+            retain,
+        } = form;
+        let start = buf.len();
         let placeholder = if qos == QoS::AtMostOnce {
             None
         } else {
@@ -201,8 +220,7 @@ impl Message {
         } else {
             &empty
         };
-        let mut buf = BytesMut::new();
-        encode_publish_header(
+        if encode_publish_header(
             version,
             false,
             qos,
@@ -211,25 +229,48 @@ impl Message {
             placeholder,
             properties,
             self.payload.len(),
-            &mut buf,
+            buf,
         )
-        .ok()?;
+        .is_err()
+        {
+            buf.truncate(start);
+            return None;
+        }
         // Fixed header (type byte + remaining length) + topic length prefix + topic.
-        let packet_id_offset = match placeholder {
+        Some(match placeholder {
             None => None,
             Some(_) => {
                 let (_, remaining_len_bytes) =
-                    hayate_codec::read_variable_int(&buf[1..]).ok()??;
+                    hayate_codec::read_variable_int(&buf[start + 1..]).ok()??;
                 Some(1 + remaining_len_bytes + 2 + self.topic.len())
             }
-        };
+        })
+    }
+
+    /// The cached header of `form`, encoded and cached now if it is not yet.
+    fn cached_header(&self, form: WireForm) -> Option<EncodedHeader> {
+        let key = form_key(form);
+        let mut cache = self
+            .encoded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, header)) = cache.iter().find(|(f, _)| *f == key) {
+            return Some(header.clone());
+        }
+        let mut buf = BytesMut::new();
+        let packet_id_offset = self.encode_header(form, &mut buf)?;
         let header = EncodedHeader {
             bytes: buf.freeze(),
             packet_id_offset,
         };
-        cache.push((form, header.clone()));
+        cache.push((key, header.clone()));
         Some(header)
     }
+}
+
+/// A small number naming a [`WireForm`] (below 16).
+fn form_key(form: WireForm) -> u8 {
+    (u8::from(form.version.is_v5()) << 3) | ((form.qos as u8) << 1) | u8::from(form.retain)
 }
 
 /// One message on its way to one subscriber session, with what the subscription decided.
