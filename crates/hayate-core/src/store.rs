@@ -174,9 +174,10 @@ pub struct StoredQueue {
     pub client_id: String,
     /// Entries not yet released.
     pub count: u64,
-    /// The lowest seq among them (0 when there are none).
+    /// No entry has a lower seq (0 when there are none). A store may keep it as a bound, exact
+    /// only while entries leave in queue order: pages are read from it and skip gaps.
     pub first_seq: u64,
-    /// The highest seq among them (0 when there are none).
+    /// No entry has a higher seq (0 when there are none); a bound as `first_seq` is.
     pub last_seq: u64,
     /// Seqs of released entries (PUBREL to send again), in order.
     pub released: Vec<u64>,

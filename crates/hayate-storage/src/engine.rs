@@ -1,7 +1,12 @@
 //! The fjall side of the store: its keyspaces, reading everything back at open, and turning
 //! one drained run of [`StoreOp`]s into one write batch. Owned by the store thread.
 
+mod counts;
+
+pub(crate) use counts::QueueMeta;
+
 use crate::record::{self, Unreadable};
+use counts::{Counts, PendingCounts};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use hayate_core::store::{
     PageEntry, QueueEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
@@ -9,6 +14,7 @@ use hayate_core::store::{
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+#[derive(Debug)]
 pub(crate) enum ReadError {
     Engine(fjall::Error),
     Record(Unreadable),
@@ -23,6 +29,24 @@ impl From<fjall::Error> for ReadError {
 impl From<Unreadable> for ReadError {
     fn from(what: Unreadable) -> Self {
         ReadError::Record(what)
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Engine(error) => error.fmt(f),
+            ReadError::Record(what) => what.fmt(f),
+        }
+    }
+}
+
+impl From<OpError> for ReadError {
+    fn from(error: OpError) -> Self {
+        match error {
+            OpError::Read(error) => ReadError::Engine(error),
+            OpError::Key(what) => ReadError::Record(Unreadable(what)),
+        }
     }
 }
 
@@ -66,11 +90,13 @@ pub(crate) struct Pending {
     rel: Changes,
     inq2: Changes,
     msg: Changes,
+    counts: PendingCounts,
 }
 
 impl Pending {
     pub(crate) fn is_empty(&self) -> bool {
-        self.retained.is_empty()
+        self.counts.is_empty()
+            && self.retained.is_empty()
             && self.sessions.is_empty()
             && self.subs.is_empty()
             && self.queue.is_empty()
@@ -80,7 +106,7 @@ impl Pending {
     }
 }
 
-/// The engine's handles, and how many queue entries refer to each stored message.
+/// The engine's handles, and the counts kept beside the data (`counts.rs`).
 pub(crate) struct Engine {
     pub(crate) db: Database,
     retained: Keyspace,
@@ -90,11 +116,9 @@ pub(crate) struct Engine {
     rel: Keyspace,
     inq2: Keyspace,
     msg: Keyspace,
-    /// Message id → entries in `queue` (committed or pending) that refer to it. A message
-    /// whose count reaches zero is removed in the same batch.
-    refs: HashMap<u64, u32>,
-    /// Entries in `queue` (committed or pending).
-    queued: u64,
+    /// How many entries refer to each message (a message whose count reaches zero is removed
+    /// in the same batch), each session's queue length, the number of bodies.
+    counts: Counts,
 }
 
 impl Engine {
@@ -115,9 +139,8 @@ impl Engine {
             rel: keyspace("rel")?,
             inq2: keyspace("inq2")?,
             msg: keyspace("msg")?,
+            counts: Counts::new(keyspace("msgref")?, keyspace("qmeta")?, keyspace("meta")?),
             db: db.clone(),
-            refs: HashMap::new(),
-            queued: 0,
         })
     }
 
@@ -142,6 +165,10 @@ impl Engine {
                 .or_default()
                 .push(subscription);
         }
+        if self.counts.layout()? < counts::LAYOUT {
+            self.count_once()?;
+        }
+        self.counts.reload()?;
         let mut queues = self.read_queues()?;
         for item in self.sessions.iter() {
             let (key, value) = item.into_inner()?;
@@ -161,54 +188,37 @@ impl Engine {
                 "store_state_without_session"
             );
         }
-        self.read_messages(&mut recovered)?;
+        recovered.next_message_id = match self.msg.last_key_value() {
+            Some(last) => record::read_message_key(&last.key()?)? + 1,
+            None => 1,
+        };
         Ok(recovered)
     }
 
-    /// Counts again which messages the committed queue entries refer to (after the engine was
-    /// opened again). An entry that cannot be read is skipped (logged).
-    pub(crate) fn count_references(&mut self) -> fjall::Result<()> {
-        let mut refs: HashMap<u64, u32> = HashMap::new();
-        let mut queued = 0;
-        for item in self.queue.iter() {
-            let value = item.value()?;
-            queued += 1;
-            match record::read_queue_entry(0, &value) {
-                Ok(entry) => *refs.entry(entry.message_id).or_default() += 1,
-                Err(what) => tracing::warn!(%what, "store_entry_unreadable"),
-            }
-        }
-        self.refs = refs;
-        self.queued = queued;
-        Ok(())
+    /// Forgets cached counts and reads the totals again (after the engine was opened again).
+    pub(crate) fn reload(&mut self) -> Result<(), ReadError> {
+        self.counts.reload()
     }
 
     /// Message bodies some entry refers to.
     pub(crate) fn bodies(&self) -> u64 {
-        self.refs.len() as u64
+        self.counts.bodies()
     }
 
     /// Entries queued for sessions, on disk or about to be.
     pub(crate) fn queued(&self) -> u64 {
-        self.queued
+        self.counts.queued()
     }
 
-    /// Every session's queue, released entries and inbound QoS 2 ids; counts references.
+    /// Every session's queue (from its summary: no entry is read), released entries and
+    /// inbound QoS 2 ids.
     fn read_queues(&mut self) -> Result<BTreeMap<String, StoredQueue>, ReadError> {
         let mut queues: BTreeMap<String, StoredQueue> = BTreeMap::new();
-        let mut refs: HashMap<u64, u32> = HashMap::new();
-        for item in self.queue.iter() {
-            let (key, value) = item.into_inner()?;
-            let (client_id, seq) = record::read_seq_key(&key)?;
-            let entry = record::read_queue_entry(seq, &value)?;
-            *refs.entry(entry.message_id).or_default() += 1;
-            self.queued += 1;
+        for (client_id, meta) in self.counts.queue_metas()? {
             let queue = queue_entry(&mut queues, client_id);
-            if queue.count == 0 {
-                queue.first_seq = seq;
-            }
-            queue.count += 1;
-            queue.last_seq = seq;
+            queue.count = meta.count;
+            queue.first_seq = meta.first_seq;
+            queue.last_seq = meta.last_seq;
         }
         for item in self.rel.iter() {
             let (key, _) = item.into_inner()?;
@@ -222,33 +232,51 @@ impl Engine {
                 .inbound_qos2
                 .push(packet_id);
         }
-        self.refs = refs;
         Ok(queues)
     }
 
-    /// Finds the first unused message id and removes bodies no entry refers to (a body whose
-    /// last entry went in a batch that failed, or whose entries were never committed). Only
-    /// keys are read: bodies stay on disk until a page needs them.
-    fn read_messages(&mut self, recovered: &mut Recovered) -> Result<(), ReadError> {
-        let mut orphans = Vec::new();
-        let mut next_id = 1;
+    /// Once, for a store written before the counts existed: counts every queue entry and
+    /// removes bodies no entry refers to, in one batch with the counts.
+    fn count_once(&mut self) -> Result<(), ReadError> {
+        let mut pending = Pending::default();
+        let mut refs: HashMap<u64, u64> = HashMap::new();
+        for item in self.queue.iter() {
+            let (key, value) = item.into_inner()?;
+            let (client_id, seq) = record::read_seq_key(&key)?;
+            let entry = record::read_queue_entry(seq, &value)?;
+            *refs.entry(entry.message_id).or_default() += 1;
+            self.counts
+                .queued_entry(&mut pending.counts, &client_id, seq)?;
+        }
+        let mut orphans = 0usize;
         for item in self.msg.iter() {
             let key = item.key()?;
-            let id = record::read_message_key(&key)?;
-            next_id = next_id.max(id + 1);
-            if !self.refs.contains_key(&id) {
-                orphans.push(key.to_vec());
+            if !refs.contains_key(&record::read_message_key(&key)?) {
+                pending.msg.insert(key.to_vec(), None);
+                orphans += 1;
             }
         }
-        recovered.next_message_id = next_id.max(self.refs.keys().max().map_or(1, |id| id + 1));
-        if !orphans.is_empty() {
-            tracing::info!(messages = orphans.len(), "store_orphan_messages_removed");
-            let mut batch = self.db.batch();
-            for key in orphans {
-                batch.remove(&self.msg, key);
-            }
-            batch.commit()?;
+        for (id, count) in &refs {
+            pending
+                .counts
+                .msgref
+                .insert(record::message_key(*id), Some(record::count_value(*count)));
         }
+        pending.counts.meta.insert(
+            counts::BODIES_KEY.to_vec(),
+            Some(record::count_value(refs.len() as u64)),
+        );
+        pending.counts.meta.insert(
+            counts::LAYOUT_KEY.to_vec(),
+            Some(record::count_value(counts::LAYOUT)),
+        );
+        tracing::info!(
+            queued = self.counts.queued(),
+            bodies = refs.len(),
+            orphans,
+            "store_counts_written"
+        );
+        self.commit(pending)?;
         Ok(())
     }
 
@@ -362,16 +390,16 @@ impl Engine {
                 body,
             } => {
                 let key = seq_key(client_id, entry.seq)?;
-                let count = self.refs.entry(entry.message_id).or_default();
-                if *count == 0 {
+                if !self.counts.is_referenced(entry.message_id)? {
                     let publish = body.encode().ok_or(OpError::Key("message"))?;
                     let value = record::retained_value(body.expires_at_ms, &publish);
                     pending
                         .msg
                         .insert(record::message_key(entry.message_id), Some(value));
                 }
-                *count += 1;
-                self.queued += 1;
+                self.counts.add_ref(&mut pending.counts, entry.message_id)?;
+                self.counts
+                    .queued_entry(&mut pending.counts, client_id, entry.seq)?;
                 pending
                     .queue
                     .insert(key, Some(record::queue_entry_value(entry)));
@@ -414,23 +442,23 @@ impl Engine {
             None => self.queue.get(key)?.map(|value| value.to_vec()),
         };
         if let Some(value) = value {
-            let entry: QueueEntry = record::read_queue_entry(0, &value)
+            let (client_id, seq) =
+                record::read_seq_key(key).map_err(|Unreadable(what)| OpError::Key(what))?;
+            let entry: QueueEntry = record::read_queue_entry(seq, &value)
                 .map_err(|Unreadable(what)| OpError::Key(what))?;
-            self.unref(pending, entry.message_id);
-            self.queued = self.queued.saturating_sub(1);
+            if self
+                .counts
+                .drop_ref(&mut pending.counts, entry.message_id)?
+            {
+                pending
+                    .msg
+                    .insert(record::message_key(entry.message_id), None);
+            }
+            self.counts
+                .removed_entry(&mut pending.counts, &client_id, seq)?;
         }
         pending.queue.insert(key.to_vec(), None);
         Ok(())
-    }
-
-    fn unref(&mut self, pending: &mut Pending, message_id: u64) {
-        if let Some(count) = self.refs.get_mut(&message_id) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.refs.remove(&message_id);
-                pending.msg.insert(record::message_key(message_id), None);
-            }
-        }
     }
 
     /// Removes a session with its subscriptions, queue, released entries and inbound QoS 2
@@ -477,8 +505,9 @@ impl Engine {
 
     /// Writes `pending` as one fjall batch and commits it (written to the OS: survives a
     /// kill -9 of the process, not a power loss).
-    pub(crate) fn commit(&self, pending: Pending) -> fjall::Result<()> {
+    pub(crate) fn commit(&mut self, pending: Pending) -> fjall::Result<()> {
         let mut batch = self.db.batch();
+        let [msgref, qmeta, meta] = self.counts.keyspaces();
         for (keyspace, entries) in [
             (&self.retained, pending.retained),
             (&self.sessions, pending.sessions),
@@ -487,6 +516,9 @@ impl Engine {
             (&self.queue, pending.queue),
             (&self.rel, pending.rel),
             (&self.inq2, pending.inq2),
+            (msgref, pending.counts.msgref),
+            (qmeta, pending.counts.qmeta),
+            (meta, pending.counts.meta),
         ] {
             for (key, value) in entries {
                 match value {
@@ -495,7 +527,9 @@ impl Engine {
                 }
             }
         }
-        batch.commit()
+        batch.commit()?;
+        self.counts.committed();
+        Ok(())
     }
 }
 
@@ -511,3 +545,6 @@ fn queue_entry(queues: &mut BTreeMap<String, StoredQueue>, client_id: String) ->
             ..StoredQueue::default()
         })
 }
+
+#[cfg(test)]
+mod tests;

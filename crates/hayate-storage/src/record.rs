@@ -11,7 +11,11 @@
 //! | `rel` | client id length (u16), client id, seq (u64) | version (a released entry: PUBREL sent, PUBCOMP awaited) |
 //! | `inq2` | client id length (u16), client id, packet id (u16) | version (an inbound QoS 2 id awaiting PUBREL) |
 //! | `msg` | message id (u64) | as `retained` |
+//! | `msgref` | message id (u64) | version, entries in `queue` referring to it (u64) |
+//! | `qmeta` | client id length (u16), client id | version, entries in `queue` (u64), lowest seq bound (u64), highest seq bound (u64) |
+//! | `meta` | `bodies` or `layout` | version, bodies in `msg` (u64) or the layout of these keyspaces (u64; 2) |
 
+use crate::engine::QueueMeta;
 use bytes::Bytes;
 use hayate_core::store::{QueueEntry, SessionRecord, StoredWill, SubscriptionData};
 
@@ -424,5 +428,57 @@ mod tests {
         let key = packet_id_key("dev-1", 65_535).unwrap();
         assert_eq!(read_packet_id_key(&key), Ok(("dev-1".to_string(), 65_535)));
         assert_eq!(read_message_key(&message_key(9)), Ok(9));
+    }
+}
+
+/// The value of a count (`msgref`, `meta`).
+pub(crate) fn count_value(count: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    out.push(FORMAT);
+    out.extend_from_slice(&count.to_be_bytes());
+    out
+}
+
+/// A count written by [`count_value`].
+pub(crate) fn read_count(value: &[u8]) -> Result<u64, Unreadable> {
+    let mut fields = Fields(value);
+    let mut read = || -> Option<u64> {
+        fields.version()?;
+        let count = fields.u64()?;
+        fields.0.is_empty().then_some(count)
+    };
+    read().ok_or(Unreadable("count"))
+}
+
+/// The value of a session's queue summary (`qmeta`).
+pub(crate) fn queue_meta_value(meta: &QueueMeta) -> Vec<u8> {
+    let mut out = Vec::with_capacity(25);
+    out.push(FORMAT);
+    for field in [meta.count, meta.first_seq, meta.last_seq] {
+        out.extend_from_slice(&field.to_be_bytes());
+    }
+    out
+}
+
+/// A queue summary written by [`queue_meta_value`].
+pub(crate) fn read_queue_meta(value: &[u8]) -> Result<QueueMeta, Unreadable> {
+    let mut fields = Fields(value);
+    let mut read = || -> Option<QueueMeta> {
+        fields.version()?;
+        let meta = QueueMeta {
+            count: fields.u64()?,
+            first_seq: fields.u64()?,
+            last_seq: fields.u64()?,
+        };
+        (fields.0.is_empty() && meta.first_seq <= meta.last_seq).then_some(meta)
+    };
+    read().ok_or(Unreadable("queue summary"))
+}
+
+/// The client id of a key made by [`subscription_prefix`] with nothing after it (`qmeta`).
+pub(crate) fn read_client_key(key: &[u8]) -> Result<String, Unreadable> {
+    match split_client_key(key, "queue summary key")? {
+        (client_id, []) => Ok(client_id),
+        _ => Err(Unreadable("queue summary key")),
     }
 }

@@ -232,7 +232,7 @@ impl Writer {
                 return;
             }
         };
-        if let Err(error) = engine.count_references() {
+        if let Err(error) = engine.reload() {
             self.errors.failed("store_reopen_failed", &error, 0);
             return;
         }

@@ -1,0 +1,275 @@
+//! Counts kept beside the data they count, so that opening the store reads neither every queue
+//! entry nor every message body: how many queue entries refer to each stored body (`msgref`),
+//! each session's queue length and seq bounds (`qmeta`), and how many bodies are stored
+//! (`meta`). Each count is written in the same batch as the change it counts, so the two can
+//! never disagree on disk. In memory there is only a cache of the counts touched lately, which
+//! holds every count changed by the batch being built (the keyspaces have the rest) and is
+//! emptied after a commit once it grows past a bound: memory does not grow with what is
+//! queued.
+
+use super::{Changes, OpError};
+use crate::record::{self, Unreadable};
+use fjall::Keyspace;
+use std::collections::HashMap;
+
+/// Cached message counts kept across commits at most (about 40 bytes each).
+const REFS_CACHED: usize = 100_000;
+/// Cached queue summaries kept across commits at most.
+const QUEUES_CACHED: usize = 10_000;
+
+/// The `meta` key holding the number of stored bodies.
+pub(super) const BODIES_KEY: &[u8] = b"bodies";
+/// The `meta` key holding the layout version of the keyspaces.
+pub(super) const LAYOUT_KEY: &[u8] = b"layout";
+/// Layout 2: the counts of this module exist. Stores written before them (no `layout` key)
+/// get them counted once at open.
+pub(super) const LAYOUT: u64 = 2;
+
+/// One session's queue as `qmeta` keeps it. The bounds are cheap to keep exactly only for
+/// removals in queue order, so they are bounds: no entry lies below `first_seq` or above
+/// `last_seq`. Both are exact while entries are removed in the order they were queued.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueMeta {
+    pub count: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+}
+
+/// The changes of one batch to the counts (beside the engine's own [`super::Pending`]).
+#[derive(Debug, Default)]
+pub(super) struct PendingCounts {
+    pub msgref: Changes,
+    pub qmeta: Changes,
+    pub meta: Changes,
+}
+
+impl PendingCounts {
+    pub fn is_empty(&self) -> bool {
+        self.msgref.is_empty() && self.qmeta.is_empty() && self.meta.is_empty()
+    }
+}
+
+/// The counts' keyspaces and cache.
+pub(super) struct Counts {
+    msgref: Keyspace,
+    qmeta: Keyspace,
+    meta: Keyspace,
+    refs: HashMap<u64, u32>,
+    queues: HashMap<String, QueueMeta>,
+    bodies: u64,
+    queued: u64,
+}
+
+impl Counts {
+    pub fn new(msgref: Keyspace, qmeta: Keyspace, meta: Keyspace) -> Counts {
+        Counts {
+            msgref,
+            qmeta,
+            meta,
+            refs: HashMap::new(),
+            queues: HashMap::new(),
+            bodies: 0,
+            queued: 0,
+        }
+    }
+
+    /// The keyspaces, for the batch that commits [`PendingCounts`].
+    pub fn keyspaces(&self) -> [&Keyspace; 3] {
+        [&self.msgref, &self.qmeta, &self.meta]
+    }
+
+    /// Bodies stored.
+    pub fn bodies(&self) -> u64 {
+        self.bodies
+    }
+
+    /// Queue entries stored.
+    pub fn queued(&self) -> u64 {
+        self.queued
+    }
+
+    /// The layout version the store was written with (0: before these counts existed).
+    pub fn layout(&self) -> fjall::Result<u64> {
+        Ok(match self.meta.get(LAYOUT_KEY)? {
+            Some(value) => record::read_count(&value).unwrap_or(0),
+            None => 0,
+        })
+    }
+
+    /// Forgets the cache and reads the totals again (at open, and after the engine was opened
+    /// again following a failed write). One read per session with a queue, none per entry.
+    pub fn reload(&mut self) -> Result<(), super::ReadError> {
+        self.refs.clear();
+        self.queues.clear();
+        self.bodies = match self.meta.get(BODIES_KEY)? {
+            Some(value) => record::read_count(&value)?,
+            None => 0,
+        };
+        let mut queued = 0u64;
+        for item in self.qmeta.iter() {
+            let value = item.value()?;
+            queued += record::read_queue_meta(&value)?.count;
+        }
+        self.queued = queued;
+        Ok(())
+    }
+
+    /// Every session's queue summary (at open).
+    pub fn queue_metas(&self) -> Result<Vec<(String, QueueMeta)>, super::ReadError> {
+        let mut metas = Vec::new();
+        for item in self.qmeta.iter() {
+            let (key, value) = item.into_inner()?;
+            metas.push((
+                record::read_client_key(&key)?,
+                record::read_queue_meta(&value)?,
+            ));
+        }
+        Ok(metas)
+    }
+
+    fn ref_count(&mut self, message_id: u64) -> Result<u32, OpError> {
+        if let Some(count) = self.refs.get(&message_id) {
+            return Ok(*count);
+        }
+        let count = match self.msgref.get(record::message_key(message_id))? {
+            Some(value) => record::read_count(&value)
+                .ok()
+                .and_then(|count| u32::try_from(count).ok())
+                .ok_or(OpError::Key("message reference count"))?,
+            None => 0,
+        };
+        self.refs.insert(message_id, count);
+        Ok(count)
+    }
+
+    fn set_ref_count(&mut self, pending: &mut PendingCounts, message_id: u64, count: u32) {
+        self.refs.insert(message_id, count);
+        let value = (count > 0).then(|| record::count_value(u64::from(count)));
+        pending
+            .msgref
+            .insert(record::message_key(message_id), value);
+    }
+
+    fn set_bodies(&mut self, pending: &mut PendingCounts, bodies: u64) {
+        self.bodies = bodies;
+        pending
+            .meta
+            .insert(BODIES_KEY.to_vec(), Some(record::count_value(bodies)));
+    }
+
+    /// True when some entry refers to `message_id` (its body is stored).
+    pub fn is_referenced(&mut self, message_id: u64) -> Result<bool, OpError> {
+        Ok(self.ref_count(message_id)? > 0)
+    }
+
+    /// One more entry refers to `message_id` (whose body the caller writes with the first).
+    pub fn add_ref(&mut self, pending: &mut PendingCounts, message_id: u64) -> Result<(), OpError> {
+        let count = self.ref_count(message_id)?;
+        self.set_ref_count(pending, message_id, count.saturating_add(1));
+        if count == 0 {
+            self.set_bodies(pending, self.bodies + 1);
+        }
+        Ok(())
+    }
+
+    /// One entry fewer refers to `message_id`. True when none is left: the body must be
+    /// removed with it.
+    pub fn drop_ref(
+        &mut self,
+        pending: &mut PendingCounts,
+        message_id: u64,
+    ) -> Result<bool, OpError> {
+        let count = self.ref_count(message_id)?;
+        if count == 0 {
+            return Ok(false);
+        }
+        self.set_ref_count(pending, message_id, count - 1);
+        if count == 1 {
+            self.set_bodies(pending, self.bodies.saturating_sub(1));
+        }
+        Ok(count == 1)
+    }
+
+    fn queue_meta(&mut self, client_id: &str) -> Result<QueueMeta, OpError> {
+        if let Some(meta) = self.queues.get(client_id) {
+            return Ok(*meta);
+        }
+        let meta = match self.qmeta.get(queue_meta_key(client_id)?)? {
+            Some(value) => {
+                record::read_queue_meta(&value).map_err(|Unreadable(what)| OpError::Key(what))?
+            }
+            None => QueueMeta::default(),
+        };
+        self.queues.insert(client_id.to_string(), meta);
+        Ok(meta)
+    }
+
+    fn set_queue_meta(
+        &mut self,
+        pending: &mut PendingCounts,
+        client_id: &str,
+        meta: QueueMeta,
+    ) -> Result<(), OpError> {
+        let value = (meta.count > 0).then(|| record::queue_meta_value(&meta));
+        pending.qmeta.insert(queue_meta_key(client_id)?, value);
+        self.queues.insert(client_id.to_string(), meta);
+        Ok(())
+    }
+
+    /// Entry `seq` was queued for `client_id`.
+    pub fn queued_entry(
+        &mut self,
+        pending: &mut PendingCounts,
+        client_id: &str,
+        seq: u64,
+    ) -> Result<(), OpError> {
+        let mut meta = self.queue_meta(client_id)?;
+        if meta.count == 0 {
+            meta.first_seq = seq;
+            meta.last_seq = seq;
+        } else {
+            meta.first_seq = meta.first_seq.min(seq);
+            meta.last_seq = meta.last_seq.max(seq);
+        }
+        meta.count += 1;
+        self.queued += 1;
+        self.set_queue_meta(pending, client_id, meta)
+    }
+
+    /// Entry `seq` of `client_id` (which was stored) was removed.
+    pub fn removed_entry(
+        &mut self,
+        pending: &mut PendingCounts,
+        client_id: &str,
+        seq: u64,
+    ) -> Result<(), OpError> {
+        let mut meta = self.queue_meta(client_id)?;
+        if meta.count == 0 {
+            return Ok(());
+        }
+        meta.count -= 1;
+        self.queued = self.queued.saturating_sub(1);
+        if meta.count == 0 {
+            meta = QueueMeta::default();
+        } else if seq == meta.first_seq {
+            meta.first_seq = seq + 1;
+        } else if seq == meta.last_seq {
+            meta.last_seq = seq - 1;
+        }
+        self.set_queue_meta(pending, client_id, meta)
+    }
+
+    /// After a commit: every count is on disk, so a cache grown past its bound is emptied.
+    pub fn committed(&mut self) {
+        if self.refs.len() > REFS_CACHED {
+            self.refs = HashMap::new();
+        }
+        if self.queues.len() > QUEUES_CACHED {
+            self.queues = HashMap::new();
+        }
+    }
+}
+
+fn queue_meta_key(client_id: &str) -> Result<Vec<u8>, OpError> {
+    record::subscription_prefix(client_id).ok_or(OpError::Key("client id"))
+}
