@@ -164,17 +164,15 @@ impl Message {
         }
         let key = form_key(form);
         let start = out.tail_len();
-        let packet_id_offset = if self.forms_used.fetch_or(1 << key, Ordering::Relaxed)
-            & (1 << key)
-            == 0
-        {
-            // First use of this form: encode into the output, cache nothing.
-            self.encode_header(form, out.tail_mut())?
-        } else {
-            let header = self.cached_header(form)?;
-            out.put_slice(&header.bytes);
-            header.packet_id_offset
-        };
+        let packet_id_offset =
+            if self.forms_used.fetch_or(1 << key, Ordering::Relaxed) & (1 << key) == 0 {
+                // First use of this form: encode into the output, cache nothing.
+                self.encode_header(form, out.tail_mut())?
+            } else {
+                let header = self.cached_header(form)?;
+                out.put_slice(&header.bytes);
+                header.packet_id_offset
+            };
         let WireForm { qos, retain, .. } = form;
         if dup {
             out.patch_tail(start, 0x30 | 0x08 | ((qos as u8) << 1) | u8::from(retain));

@@ -139,7 +139,12 @@ impl Engine {
             rel: keyspace("rel")?,
             inq2: keyspace("inq2")?,
             msg: keyspace("msg")?,
-            counts: Counts::new(keyspace("msgref")?, keyspace("qmeta")?, keyspace("meta")?),
+            counts: Counts::new(
+                keyspace("msg")?,
+                keyspace("msgref")?,
+                keyspace("qmeta")?,
+                keyspace("meta")?,
+            ),
             db: db.clone(),
         })
     }
@@ -256,7 +261,7 @@ impl Engine {
                 orphans += 1;
             }
         }
-        for (id, count) in &refs {
+        for (id, count) in refs.iter().filter(|(_, count)| **count > 1) {
             pending
                 .counts
                 .msgref

@@ -11,7 +11,7 @@
 //! | `rel` | client id length (u16), client id, seq (u64) | version (a released entry: PUBREL sent, PUBCOMP awaited) |
 //! | `inq2` | client id length (u16), client id, packet id (u16) | version (an inbound QoS 2 id awaiting PUBREL) |
 //! | `msg` | message id (u64) | as `retained` |
-//! | `msgref` | message id (u64) | version, entries in `queue` referring to it (u64) |
+//! | `msgref` | message id (u64) | version, entries in `queue` referring to it (u64; only when more than one: a body without a count has one) |
 //! | `qmeta` | client id length (u16), client id | version, entries in `queue` (u64), lowest seq bound (u64), highest seq bound (u64) |
 //! | `meta` | `bodies` or `layout` | version, bodies in `msg` (u64) or the layout of these keyspaces (u64; 2) |
 

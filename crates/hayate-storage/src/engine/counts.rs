@@ -1,5 +1,7 @@
 //! Counts kept beside the data they count, so that opening the store reads neither every queue
-//! entry nor every message body: how many queue entries refer to each stored body (`msgref`),
+//! entry nor every message body: how many queue entries refer to each stored body (`msgref`,
+//! only for bodies shared by two entries or more: a stored body without a count has one, the
+//! common case, which then costs no write),
 //! each session's queue length and seq bounds (`qmeta`), and how many bodies are stored
 //! (`meta`). Each count is written in the same batch as the change it counts, so the two can
 //! never disagree on disk. In memory there is only a cache of the counts touched lately, which
@@ -51,6 +53,8 @@ impl PendingCounts {
 
 /// The counts' keyspaces and cache.
 pub(super) struct Counts {
+    /// The bodies (read only, to tell a body with one reference from none).
+    msg: Keyspace,
     msgref: Keyspace,
     qmeta: Keyspace,
     meta: Keyspace,
@@ -61,8 +65,9 @@ pub(super) struct Counts {
 }
 
 impl Counts {
-    pub fn new(msgref: Keyspace, qmeta: Keyspace, meta: Keyspace) -> Counts {
+    pub fn new(msg: Keyspace, msgref: Keyspace, qmeta: Keyspace, meta: Keyspace) -> Counts {
         Counts {
+            msg,
             msgref,
             qmeta,
             meta,
@@ -136,7 +141,7 @@ impl Counts {
                 .ok()
                 .and_then(|count| u32::try_from(count).ok())
                 .ok_or(OpError::Key("message reference count"))?,
-            None => 0,
+            None => u32::from(self.msg.contains_key(record::message_key(message_id))?),
         };
         self.refs.insert(message_id, count);
         Ok(count)
@@ -144,7 +149,7 @@ impl Counts {
 
     fn set_ref_count(&mut self, pending: &mut PendingCounts, message_id: u64, count: u32) {
         self.refs.insert(message_id, count);
-        let value = (count > 0).then(|| record::count_value(u64::from(count)));
+        let value = (count > 1).then(|| record::count_value(u64::from(count)));
         pending
             .msgref
             .insert(record::message_key(message_id), value);
