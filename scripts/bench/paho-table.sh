@@ -14,7 +14,8 @@
 # QoS 1 fan-in of the durability issue (1k and 10k publishers, persist=1), meant for
 # BROKERS="hayate hayate-batched hayate-sync mosquitto"; the default is issue10 and issue9.
 # BROKERS defaults to "hayate mosquitto flashmq" (also: hayate-batched and hayate-sync, Hayate
-# with a data directory in that durability mode); ROUNDS to 2, the broker
+# with a data directory in that durability mode; hayate-1t, Hayate with one worker thread; and
+# floor, tools/epoll-floor's feature-free one-thread broker, QoS 0 cells only); ROUNDS to 2, the broker
 # order reversed every other round. DIR defaults to docs/bench/raw/paho-YYYY-MM-DD.
 #
 # Every run gets a fresh broker on a free loopback port, each with its own defaults apart from
@@ -56,7 +57,8 @@ runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = {}
 for r in runs:
     groups.setdefault((r["cell"], r["broker"]), []).append(r)
-order = {"hayate": 0, "hayate-batched": 1, "hayate-sync": 2, "mosquitto": 3, "flashmq": 4}
+order = {"hayate": 0, "hayate-1t": 1, "hayate-batched": 2, "hayate-sync": 3, "mosquitto": 4,
+         "flashmq": 5, "floor": 6}
 cells = list(dict.fromkeys(r["cell"] for r in runs))
 def med(rs, k):
     xs = [r[k] for r in rs if r.get(k) is not None]
@@ -121,7 +123,7 @@ parse_cell() { # CELL: sets c q s n w sub wait, exits on a malformed cell
 }
 for cell in "${CELLS[@]}"; do parse_cell "$cell"; done
 for b in $BROKERS; do
-    case $b in hayate | hayate-batched | hayate-sync | mosquitto | flashmq) ;;
+    case $b in hayate | hayate-1t | hayate-batched | hayate-sync | mosquitto | flashmq | floor) ;;
         *) echo "unknown broker $b" >&2; exit 2 ;; esac
 done
 
@@ -134,6 +136,10 @@ chmod 755 "$RESULTS"
 export HAYATE RESULTS
 source "$ROOT/scripts/bench/lib.sh"
 FLASHMQ="${FLASHMQ:-/opt/flashmq/flashmq}"
+FLOOR="${FLOOR:-$ROOT/tools/epoll-floor/target/release/epoll-floor}"
+if [[ " $BROKERS " == *" floor "* ]]; then
+    (cd "$ROOT/tools/epoll-floor" && cargo build --release --quiet)
+fi
 if [[ " $BROKERS " == *" flashmq "* ]] && [ ! -x "$FLASHMQ" ]; then
     echo "no flashmq at $FLASHMQ (scripts/bench/flashmq.sh build SRC_DIR)" >&2; exit 1
 fi
@@ -145,6 +151,8 @@ declare -A VERSION=(
     [hayate]="$("$HAYATE" --version | awk '{print $2}')"
     [hayate-batched]="$("$HAYATE" --version | awk '{print $2}')"
     [hayate-sync]="$("$HAYATE" --version | awk '{print $2}')"
+    [hayate-1t]="$("$HAYATE" --version | awk '{print $2}')"
+    [floor]="epoll-floor"
     [mosquitto]="$("$MOSQUITTO" -h 2>/dev/null | head -1 | awk '{print $3}')"
     [flashmq]="$("$FLASHMQ" --version 2>/dev/null | head -1 | awk '{print $3}')"
 )
@@ -166,6 +174,14 @@ run() { # BROKER ROUND POSITION CELL
     log "round $round: $broker, $cell"
     case $broker in
         hayate) start_hayate "$name" --log-level warn; pid=$HAYATE_PID port=$HAYATE_PORT ;;
+        hayate-1t) start_hayate "$name" --log-level warn --threads 1; pid=$HAYATE_PID port=$HAYATE_PORT ;;
+        floor)
+            if [ "$q" != 0 ] || [ "$sub" != 0 ]; then log "floor: QoS 0 only, $cell skipped"; return; fi
+            port=$(free_port)
+            "$FLOOR" "127.0.0.1:$port" >"$RESULTS/$name.floor.log" 2>&1 &
+            pid=$!
+            BROKER_PIDS+=("$pid")
+            wait_port "$port" ;;
         hayate-batched | hayate-sync)
             start_hayate "$name" --log-level warn --data-dir "$RESULTS/$name.data" \
                 --durability "${broker#hayate-}"
