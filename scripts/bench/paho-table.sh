@@ -75,15 +75,17 @@ print(f"Medians per cell and broker ({len(runs)} runs; commit {', '.join(commits
       "30 s after the last publish when messages are lost). CPU-s/1M: broker CPU-seconds per "
       "million received messages over that time (over the whole run, connections included, "
       "in brackets).\n")
-print("| cell | broker | runs | success % | msg/s | CPU-s/1M | peak RSS MiB | disk bytes/msg |")
-print("|---|---|---|---|---|---|---|---|")
+print("| cell | broker | runs | success % | msg/s | CPU-s/1M | peak RSS MiB | disk bytes/msg "
+      "| latency p50 / p99 ms |")
+print("|---|---|---|---|---|---|---|---|---|")
 for c in cells:
     for b in sorted({k[1] for k in groups if k[0] == c}, key=lambda b: order.get(b, 9)):
         rs = groups[(c, b)]
         print(f"| {c} | {b} {rs[0]['broker_version']} | {len(rs)} | {f(med(rs, 'success_pct'), 2)} "
               f"| {f(med(rs, 'msg_per_s'), 0)} | {f(med(rs, 'cpu_s_per_1m'), 2)} "
               f"({f(med(rs, 'cpu_s_per_1m_run'), 2)}) | {f(med(rs, 'peak_rss_mb'), 0)} "
-              f"| {f(per_msg(rs), 0)} |")
+              f"| {f(per_msg(rs), 0)} "
+              f"| {f(med(rs, 'latency_p50_ms'), 3)} / {f(med(rs, 'latency_p99_ms'), 3)} |")
 EOF
 }
 if [ "${1:-}" = summary ]; then summary; exit; fi
@@ -217,7 +219,10 @@ run() { # BROKER ROUND POSITION CELL
     local re_sent='sent ([0-9]+) in [0-9.]+ s: ([0-9]+) msg/s'
     local re_recv='received ([0-9]+) in ([0-9.]+) s: ([0-9]+) msg/s, success ([0-9.]+)%'
     local re_bcpu='broker cpu ([0-9.]+) s' re_ccpu='client cpu ([0-9.]+) s'
+    local re_lat='latency ms p50 ([0-9.]+) p99 ([0-9.]+) p99.9 ([0-9.]+)'
     local failed="" sent="" send_rate="" received="" secs="" rate="" pct="" bcpu="" ccpu=""
+    local p50="" p99="" p999=""
+    [[ $out =~ $re_lat ]] && p50=${BASH_REMATCH[1]} p99=${BASH_REMATCH[2]} p999=${BASH_REMATCH[3]}
     [[ $out =~ $re_conn ]] && failed=${BASH_REMATCH[1]}
     [[ $out =~ $re_sent ]] && sent=${BASH_REMATCH[1]} send_rate=${BASH_REMATCH[2]}
     [[ $out =~ $re_recv ]] && received=${BASH_REMATCH[1]} secs=${BASH_REMATCH[2]} rate=${BASH_REMATCH[3]} pct=${BASH_REMATCH[4]}
@@ -229,7 +234,8 @@ run() { # BROKER ROUND POSITION CELL
         --arg rc "$rc" --arg failed "$failed" --arg sent "$sent" --arg send_rate "$send_rate" \
         --arg received "$received" --arg secs "$secs" --arg rate "$rate" --arg pct "$pct" \
         --arg bcpu "$bcpu" --arg cpu0 "$cpu0" --arg cpu1 "$cpu1" --arg ccpu "$ccpu" \
-        --arg rss_kb "$rss_kb" --argjson alive "$alive" --arg io0 "$io0" --arg io1 "$io1" '
+        --arg rss_kb "$rss_kb" --argjson alive "$alive" --arg io0 "$io0" --arg io1 "$io1" \
+        --arg p50 "$p50" --arg p99 "$p99" --arg p999 "$p999" '
         def num: if . == "" then null else tonumber end;
         def per_1m($cpu): if $cpu == null or ($received | num) == null or ($received | num) == 0
             then null else $cpu / ($received | num) * 1e6 end;
@@ -245,7 +251,8 @@ run() { # BROKER ROUND POSITION CELL
            cpu_s_per_1m: per_1m($phase), cpu_s_per_1m_run: per_1m($run),
            client_cpu_s: ($ccpu | num), peak_rss_kb: ($rss_kb | num),
            peak_rss_mb: (if $rss_kb == "" then null else ($rss_kb | tonumber) / 1024 end),
-           broker_alive: $alive,
+           broker_alive: $alive, latency_p50_ms: ($p50 | num), latency_p99_ms: ($p99 | num),
+           latency_p999_ms: ($p999 | num),
            disk_write_bytes: (if $io1 == "" then null else ($io1 | tonumber) - ($io0 | tonumber) end)}' >>"$OUT/runs.jsonl"
     [ "$rc" = 0 ] || echo "FAILED ($rc): $broker $cell round $round" | tee -a "$RESULTS/log.txt" >&2
     sleep 1

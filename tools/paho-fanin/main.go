@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,7 +56,7 @@ func main() {
 	total := flag.Int("n", 100000, "messages in total")
 	qos := flag.Int("q", 0, "publisher QoS")
 	subQos := flag.Int("sub-qos", 0, "subscriber QoS")
-	size := flag.Int("s", 24, "payload bytes (at least 8: a sequence number)")
+	size := flag.Int("s", 24, "payload bytes (at least 8: a sequence number; from 16 on also the send time, and the latency from the publish call to the subscriber's handler is reported)")
 	window := flag.Int("window", 100000, "senders may run at most this many messages ahead of the receiver")
 	prefix := flag.String("prefix", "pf", "topic prefix")
 	wait := flag.Bool("wait", false, "wait for each QoS 0 publish too (until written to the socket), as the write-ups' publishers do; QoS 1 and 2 always wait for the ack")
@@ -68,6 +69,8 @@ func main() {
 
 	var received atomic.Int64
 	done := make(chan struct{})
+	var latMu sync.Mutex
+	latencies := make([]int64, 0, *total)
 	subOpts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(*prefix + "-sub").SetCleanSession(!*persistent)
 	subOpts.SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
 	sub := mqtt.NewClient(subOpts)
@@ -75,7 +78,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "subscriber connect:", t.Error())
 		os.Exit(1)
 	}
-	sub.Subscribe(*prefix+"/#", byte(*subQos), func(_ mqtt.Client, _ mqtt.Message) {
+	sub.Subscribe(*prefix+"/#", byte(*subQos), func(_ mqtt.Client, m mqtt.Message) {
+		if p := m.Payload(); len(p) >= 16 {
+			sentAt := int64(binary.BigEndian.Uint64(p[8:16]))
+			latMu.Lock()
+			latencies = append(latencies, time.Now().UnixNano()-sentAt)
+			latMu.Unlock()
+		}
 		if received.Add(1) == int64(*total) {
 			close(done)
 		}
@@ -128,6 +137,9 @@ func main() {
 					continue
 				}
 				binary.BigEndian.PutUint64(payload, uint64(sent.Add(1)))
+				if *size >= 16 {
+					binary.BigEndian.PutUint64(payload[8:16], uint64(time.Now().UnixNano()))
+				}
 				t := c.Publish(fmt.Sprintf("%s/%06d", *prefix, idx), byte(*qos), false, payload)
 				if *qos > 0 || *wait {
 					t.Wait()
@@ -149,6 +161,13 @@ func main() {
 	fmt.Printf("sent %d in %.2f s: %.0f msg/s\n", sent.Load(), sendSecs, float64(sent.Load())/sendSecs)
 	fmt.Printf("received %d in %.2f s: %.0f msg/s, success %.2f%%\n", got, recvSecs, float64(got)/recvSecs, 100*float64(got)/float64(*total))
 	fmt.Printf("client cpu %.2f s (%.0f%% of one core)\n", cpu, 100*cpu/recvSecs)
+	latMu.Lock()
+	if n := len(latencies); n > 0 {
+		sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+		at := func(q float64) float64 { return float64(latencies[int(q*float64(n-1))]) / 1e6 }
+		fmt.Printf("latency ms p50 %.3f p99 %.3f p99.9 %.3f max %.3f (%d messages, publish call to handler)\n", at(0.5), at(0.99), at(0.999), at(1), n)
+	}
+	latMu.Unlock()
 	if *brokerPid > 0 && brokerStart >= 0 && brokerEnd >= 0 {
 		fmt.Printf("broker cpu %.2f s (%.0f%% of one core)\n", brokerEnd-brokerStart, 100*(brokerEnd-brokerStart)/recvSecs)
 	}
