@@ -14,7 +14,11 @@ the sans-IO refusal test in hayate-core `channel_queue.rs`). Steps:
 5. the broker is killed with SIGKILL and started again; the offline subscriber must receive
    every message that was acknowledged with 0x00, before and after the disk was full.
 
-    sudo scripts/durability/enospc.py [--hayate target/release/hayate] [--size 24]
+    sudo scripts/durability/enospc.py [--hayate target/release/hayate] [--size 24] [--min-free-mb 0]
+
+With the default --min-free-mb 0 the store writes until the file system is full (a real
+ENOSPC); with --min-free-mb N ([storage] min_free_mb) it stops at N MiB free, before the disk
+is full, and the same steps must hold.
 """
 import argparse
 import os
@@ -37,10 +41,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(hayate, data_dir, log):
+def start(hayate, data_dir, log, min_free_mb):
     port = free_port()
+    config = os.path.join(tempfile.gettempdir(), "hayate-enospc.toml")
+    with open(config, "w") as f:
+        f.write(f"[storage]\nmin_free_mb = {min_free_mb}\n")
     proc = subprocess.Popen(
-        [hayate, "serve", "--log-level", "warn", "-l", f"127.0.0.1:{port}", "--data-dir", data_dir],
+        [hayate, "serve", "-c", config, "--log-level", "warn", "-l", f"127.0.0.1:{port}",
+         "--data-dir", data_dir],
         stdout=log, stderr=log,
     )
     deadline = time.time() + 20
@@ -104,6 +112,8 @@ def main():
     ap.add_argument("--size", type=int, default=24, help="tmpfs size in MiB")
     ap.add_argument("--payload", type=int, default=16384)
     ap.add_argument("--recover", type=float, default=15.0)
+    ap.add_argument("--min-free-mb", type=int, default=0,
+                    help="[storage] min_free_mb (0: write until the disk is full)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root to mount a tmpfs")
@@ -116,7 +126,7 @@ def main():
         filler = os.path.join(mnt, "filler")
         with open(filler, "wb") as f:
             f.write(b"\0" * ((args.size - 8) * 1024 * 1024))
-        proc, port = start(args.hayate, data, log)
+        proc, port = start(args.hayate, data, log, args.min_free_mb)
         sub = v5(port, "enospc-sub", clean=False, expiry=3600)
         sub.subscribe("q/#", qos=1)
         time.sleep(0.3)
@@ -172,7 +182,7 @@ def main():
         acked = sorted(m for m, c in pub.codes.items() if c == 0)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        proc, port = start(args.hayate, data, log)
+        proc, port = start(args.hayate, data, log, args.min_free_mb)
         received = set()
         done = threading.Event()
         sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="enospc-sub", protocol=mqtt.MQTTv5)

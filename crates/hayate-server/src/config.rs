@@ -45,6 +45,9 @@ pub struct StoreConfig {
     /// A store that cannot be read at start: `fail` (refuse to start) or `move_aside` (rename
     /// it and start empty).
     pub on_corruption: OnCorruption,
+    /// Below this many MiB free on the data directory's file system, QoS 1/2 publishes are
+    /// refused as on a full disk, before it is full (0: no threshold).
+    pub min_free_mb: u64,
 }
 
 /// `[storage] on_corruption`.
@@ -65,6 +68,7 @@ impl Default for StoreConfig {
             durability: Durability::Batched,
             sync_interval_ms: 200,
             on_corruption: OnCorruption::Fail,
+            min_free_mb: 64,
         }
     }
 }

@@ -30,6 +30,7 @@ pub(crate) fn open(
             OnCorruption::Fail => hayate_storage::OnCorruption::Fail,
             OnCorruption::MoveAside => hayate_storage::OnCorruption::MoveAside,
         },
+        min_free_bytes: config.min_free_mb.saturating_mul(1 << 20),
     })
     .map_err(io::Error::other)?;
     let now = tokio::time::Instant::now().into_std();

@@ -94,6 +94,26 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
+    /// About how many bytes of keys and values the batch writes.
+    pub(crate) fn approx_bytes(&self) -> u64 {
+        [
+            &self.retained,
+            &self.sessions,
+            &self.subs,
+            &self.queue,
+            &self.rel,
+            &self.inq2,
+            &self.msg,
+            &self.counts.msgref,
+            &self.counts.qmeta,
+            &self.counts.meta,
+        ]
+        .iter()
+        .flat_map(|changes| changes.iter())
+        .map(|(key, value)| (key.len() + value.as_ref().map_or(0, Vec::len)) as u64)
+        .sum()
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.counts.is_empty()
             && self.retained.is_empty()

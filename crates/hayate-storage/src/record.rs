@@ -341,6 +341,58 @@ pub(crate) fn read_queue_entry(seq: u64, value: &[u8]) -> Result<QueueEntry, Unr
     read().ok_or(Unreadable("queue entry"))
 }
 
+/// The value of a count (`msgref`, `meta`).
+pub(crate) fn count_value(count: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    out.push(FORMAT);
+    out.extend_from_slice(&count.to_be_bytes());
+    out
+}
+
+/// A count written by [`count_value`].
+pub(crate) fn read_count(value: &[u8]) -> Result<u64, Unreadable> {
+    let mut fields = Fields(value);
+    let mut read = || -> Option<u64> {
+        fields.version()?;
+        let count = fields.u64()?;
+        fields.0.is_empty().then_some(count)
+    };
+    read().ok_or(Unreadable("count"))
+}
+
+/// The value of a session's queue summary (`qmeta`).
+pub(crate) fn queue_meta_value(meta: &QueueMeta) -> Vec<u8> {
+    let mut out = Vec::with_capacity(25);
+    out.push(FORMAT);
+    for field in [meta.count, meta.first_seq, meta.last_seq] {
+        out.extend_from_slice(&field.to_be_bytes());
+    }
+    out
+}
+
+/// A queue summary written by [`queue_meta_value`].
+pub(crate) fn read_queue_meta(value: &[u8]) -> Result<QueueMeta, Unreadable> {
+    let mut fields = Fields(value);
+    let mut read = || -> Option<QueueMeta> {
+        fields.version()?;
+        let meta = QueueMeta {
+            count: fields.u64()?,
+            first_seq: fields.u64()?,
+            last_seq: fields.u64()?,
+        };
+        (fields.0.is_empty() && meta.first_seq <= meta.last_seq).then_some(meta)
+    };
+    read().ok_or(Unreadable("queue summary"))
+}
+
+/// The client id of a key made by [`subscription_prefix`] with nothing after it (`qmeta`).
+pub(crate) fn read_client_key(key: &[u8]) -> Result<String, Unreadable> {
+    match split_client_key(key, "queue summary key")? {
+        (client_id, []) => Ok(client_id),
+        _ => Err(Unreadable("queue summary key")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,57 +480,5 @@ mod tests {
         let key = packet_id_key("dev-1", 65_535).unwrap();
         assert_eq!(read_packet_id_key(&key), Ok(("dev-1".to_string(), 65_535)));
         assert_eq!(read_message_key(&message_key(9)), Ok(9));
-    }
-}
-
-/// The value of a count (`msgref`, `meta`).
-pub(crate) fn count_value(count: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9);
-    out.push(FORMAT);
-    out.extend_from_slice(&count.to_be_bytes());
-    out
-}
-
-/// A count written by [`count_value`].
-pub(crate) fn read_count(value: &[u8]) -> Result<u64, Unreadable> {
-    let mut fields = Fields(value);
-    let mut read = || -> Option<u64> {
-        fields.version()?;
-        let count = fields.u64()?;
-        fields.0.is_empty().then_some(count)
-    };
-    read().ok_or(Unreadable("count"))
-}
-
-/// The value of a session's queue summary (`qmeta`).
-pub(crate) fn queue_meta_value(meta: &QueueMeta) -> Vec<u8> {
-    let mut out = Vec::with_capacity(25);
-    out.push(FORMAT);
-    for field in [meta.count, meta.first_seq, meta.last_seq] {
-        out.extend_from_slice(&field.to_be_bytes());
-    }
-    out
-}
-
-/// A queue summary written by [`queue_meta_value`].
-pub(crate) fn read_queue_meta(value: &[u8]) -> Result<QueueMeta, Unreadable> {
-    let mut fields = Fields(value);
-    let mut read = || -> Option<QueueMeta> {
-        fields.version()?;
-        let meta = QueueMeta {
-            count: fields.u64()?,
-            first_seq: fields.u64()?,
-            last_seq: fields.u64()?,
-        };
-        (fields.0.is_empty() && meta.first_seq <= meta.last_seq).then_some(meta)
-    };
-    read().ok_or(Unreadable("queue summary"))
-}
-
-/// The client id of a key made by [`subscription_prefix`] with nothing after it (`qmeta`).
-pub(crate) fn read_client_key(key: &[u8]) -> Result<String, Unreadable> {
-    match split_client_key(key, "queue summary key")? {
-        (client_id, []) => Ok(client_id),
-        _ => Err(Unreadable("queue summary key")),
     }
 }

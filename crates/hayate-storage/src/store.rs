@@ -28,6 +28,9 @@ pub struct StorageConfig {
     pub faults: Option<Arc<Faults>>,
     /// What to do when the store cannot be read at start.
     pub on_corruption: OnCorruption,
+    /// Below this much free space on the data directory's file system the store stops
+    /// writing as on a write error, before the disk is full (0: no threshold).
+    pub min_free_bytes: u64,
 }
 
 /// What to do when the store in the data directory cannot be read at start (a checksum that
@@ -58,6 +61,8 @@ pub enum SyncMode {
 impl StorageConfig {
     /// The default fsync interval: 200 ms.
     pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(200);
+    /// The default free-space threshold: 64 MiB.
+    pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 
     /// `dir` with the default fsync interval.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -67,6 +72,7 @@ impl StorageConfig {
             mode: SyncMode::Batched,
             faults: None,
             on_corruption: OnCorruption::Fail,
+            min_free_bytes: Self::DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -279,6 +285,16 @@ impl Shared {
         self.failing.store(failed, Ordering::SeqCst);
     }
 
+    /// True while writes fail.
+    pub(crate) fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
+    }
+
+    /// Every op up to this ticket is committed.
+    pub(crate) fn durable_now(&self) -> Ticket {
+        self.durable_ticket.load(Ordering::Acquire)
+    }
+
     /// Every op up to `ticket` is committed: rings those waiting for it.
     pub(crate) fn advance(&self, ticket: Ticket) {
         let mut durable = self.durable.lock();
@@ -365,11 +381,11 @@ impl Store for FjallStore {
     /// of the broker; the fsync follows within the sync interval).
     fn durable(&self) -> Ticket {
         // Read without the lock: connections ask on every transmit of a stored session.
-        self.shared.durable_ticket.load(Ordering::Acquire)
+        self.shared.durable_now()
     }
 
     fn accepting(&self) -> bool {
-        !self.shared.failing.load(Ordering::Relaxed)
+        !self.shared.is_failing()
     }
 
     fn read_page(&self, client_id: &str, from_seq: u64, max: usize, reply: PageReply) {
@@ -453,7 +469,13 @@ impl FjallStore {
         let thread = {
             let shared = shared.clone();
             let sync_interval = config.sync_interval;
-            let writer = Writer::new(dir.clone(), engine, config.mode, config.faults);
+            let writer = Writer::new(
+                dir.clone(),
+                engine,
+                config.mode,
+                config.faults,
+                config.min_free_bytes,
+            );
             std::thread::Builder::new()
                 .name("hayate-store".into())
                 .spawn(move || writer::run(writer, &shared, sync_interval))
@@ -495,7 +517,7 @@ impl FjallStore {
             write_errors: c.write_errors.load(Ordering::Relaxed),
             sync_micros: c.sync_micros.load(Ordering::Relaxed),
             sync_max_micros: c.sync_max_micros.load(Ordering::Relaxed),
-            healthy: !self.shared.failing.load(Ordering::Relaxed),
+            healthy: !self.shared.is_failing(),
             queued: c.queued.load(Ordering::Relaxed),
             bodies: c.bodies.load(Ordering::Relaxed),
         }

@@ -13,12 +13,20 @@
 //! store is not [accepting](hayate_core::store::Store::accepting) (the core refuses QoS 1/2
 //! publishes), and every op appended meanwhile joins the backlog in order, so that once the
 //! disk has room again everything is written as if nothing had happened. A full disk
-//! (ENOSPC), an I/O error and a poisoned engine all take this path.
+//! (ENOSPC), an I/O error and a poisoned engine all take this path, and so does free space
+//! below `[storage] min_free_mb` (`space.rs`), checked before each write and before each retry.
+//! Retained messages published at QoS 0 meanwhile are folded by topic in the backlog
+//! (`backlog.rs`), so an outage of any length holds at most one per topic.
+
+mod backlog;
+mod space;
 
 use crate::engine::{Engine, OpError, Pending};
 use crate::store::{Counters, Faults, ReadRequest, Shared, SyncMode};
+use backlog::Backlog;
 use fjall::PersistMode;
 use hayate_core::store::{StoreOp, Ticket};
+use space::SpaceGuard;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +64,7 @@ impl ErrorLog {
 enum WriteError {
     Engine(fjall::Error),
     Injected,
+    LowSpace { free: u64, min_free: u64 },
 }
 
 impl std::fmt::Display for WriteError {
@@ -63,6 +72,12 @@ impl std::fmt::Display for WriteError {
         match self {
             WriteError::Engine(error) => error.fmt(f),
             WriteError::Injected => f.write_str("injected write failure (test)"),
+            WriteError::LowSpace { free, min_free } => write!(
+                f,
+                "{} MiB free on the data directory's file system, below [storage] min_free_mb = {}",
+                free >> 20,
+                min_free >> 20
+            ),
         }
     }
 }
@@ -77,8 +92,9 @@ pub(crate) struct Writer {
     errors: ErrorLog,
     /// When the first commit since the last fsync happened.
     unsynced_since: Option<Instant>,
-    /// `Failed`: the ops not written yet, in order, and the ticket of the last.
-    backlog: Option<(Vec<StoreOp>, Ticket)>,
+    /// `Failed`: the ops not written yet.
+    backlog: Option<Backlog>,
+    space: SpaceGuard,
     next_retry: Instant,
 }
 
@@ -88,8 +104,10 @@ impl Writer {
         engine: Engine,
         mode: SyncMode,
         faults: Option<Arc<Faults>>,
+        min_free_bytes: u64,
     ) -> Writer {
         Writer {
+            space: SpaceGuard::new(dir.clone(), min_free_bytes),
             dir,
             engine: Some(engine),
             mode,
@@ -131,6 +149,14 @@ impl Writer {
             );
         }
         if !pending.is_empty() {
+            // Refused here, the batch joins the backlog; the counts it changed in the engine's
+            // cache are dropped with the engine before the backlog is written (`retry`).
+            if let Err(free) = self.space.check(false, pending.approx_bytes()) {
+                return Err(WriteError::LowSpace {
+                    free,
+                    min_free: self.space.min_free(),
+                });
+            }
             engine.commit(pending).map_err(WriteError::Engine)?;
             counters.committed(applied, engine.queued(), engine.bodies());
             self.unsynced_since.get_or_insert_with(Instant::now);
@@ -158,9 +184,8 @@ impl Writer {
 
     /// Writes one drain (`ops`, the last with ticket `last`), or adds it to the backlog.
     pub(crate) fn drain(&mut self, ops: Vec<StoreOp>, last: Ticket, shared: &Shared) {
-        if let Some((backlog, backlog_last)) = &mut self.backlog {
-            backlog.extend(ops);
-            *backlog_last = last;
+        if let Some(backlog) = &mut self.backlog {
+            backlog.extend(ops, last);
             return;
         }
         if ops.is_empty() {
@@ -183,7 +208,7 @@ impl Writer {
         Counters::add(&shared.counters.write_errors, 1);
         self.errors.failed(what, error, ops.len());
         shared.set_failed(true);
-        self.backlog = Some((ops, last));
+        self.backlog = Some(Backlog::new(ops, last));
         self.next_retry = Instant::now() + RETRY_EVERY;
     }
 
@@ -223,6 +248,15 @@ impl Writer {
         if self.injected() {
             return;
         }
+        if let Err(free) = self.space.check(true, 0) {
+            let error = WriteError::LowSpace {
+                free,
+                min_free: self.space.min_free(),
+            };
+            let held = self.backlog.as_ref().map_or(0, Backlog::len);
+            self.errors.failed("store_disk_space_low", &error, held);
+            return;
+        }
         // fjall refuses every write once poisoned: only a new instance writes again.
         self.engine = None;
         let mut engine = match Engine::open(&self.dir) {
@@ -237,9 +271,10 @@ impl Writer {
             return;
         }
         self.engine = Some(engine);
-        let Some((ops, last)) = self.backlog.take() else {
+        let Some(backlog) = self.backlog.take() else {
             return;
         };
+        let (ops, last) = (backlog.ops(), backlog.last());
         match self.write(&ops, &shared.counters) {
             Ok(()) => {
                 tracing::info!(ops = ops.len(), "store_recovered");
@@ -271,9 +306,9 @@ impl Writer {
         if self.backlog.is_some() {
             self.retry(shared);
         }
-        if let Some((ops, _)) = &self.backlog {
+        if let Some(backlog) = &self.backlog {
             tracing::error!(
-                ops = ops.len(),
+                ops = backlog.len(),
                 "store_closed_with_unwritten_ops: they were never acknowledged"
             );
             return;

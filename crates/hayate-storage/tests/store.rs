@@ -22,6 +22,7 @@ fn open_with(dir: &Path, sync_interval: Duration) -> (Arc<FjallStore>, Recovered
         mode: SyncMode::Batched,
         faults: None,
         on_corruption: OnCorruption::Fail,
+        min_free_bytes: StorageConfig::DEFAULT_MIN_FREE_BYTES,
     })
     .expect("store opens")
 }

@@ -41,6 +41,7 @@ fn writer(dir: &Path) -> Writer {
         Engine::open(dir).unwrap(),
         SyncMode::Batched,
         None,
+        0,
     )
 }
 
@@ -206,4 +207,39 @@ fn timing_of_a_batch_of_1000_ops() {
         "timing: 1000 ops (~70 B key+value each): apply+commit {committed:?}, \
          persist(SyncData) {synced:?}"
     );
+}
+
+/// Free space below the threshold stops writing as a write error does: the drain joins the
+/// backlog, the store stops accepting and nothing more is reported durable; retained ops
+/// published meanwhile fold by topic; once there is room the retry writes the backlog in
+/// order and the store is healthy again.
+#[test]
+fn low_free_space_holds_writes_until_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::default();
+    let mut w = writer(dir.path());
+    w.space = SpaceGuard::new(dir.path().to_path_buf(), u64::MAX);
+    w.drain(vec![session("c"), retain("t", b"1")], 2, &shared);
+    assert!(shared.is_failing(), "not accepting");
+    assert_eq!(shared.durable_now(), 0);
+    for ticket in 3..1_000u64 {
+        w.drain(vec![retain("t", b"2")], ticket, &shared);
+    }
+    assert_eq!(
+        w.backlog.as_ref().map(Backlog::len),
+        Some(2),
+        "one session, one topic"
+    );
+    // Still no room: the retry leaves everything held.
+    w.next_retry = Instant::now();
+    w.tick(Duration::from_secs(1), &shared);
+    assert!(shared.is_failing());
+    w.space = SpaceGuard::new(dir.path().to_path_buf(), 0);
+    w.next_retry = Instant::now();
+    w.tick(Duration::from_secs(1), &shared);
+    assert!(!shared.is_failing(), "healthy again");
+    assert_eq!(shared.durable_now(), 999);
+    let recovered = w.engine.as_mut().unwrap().read_all().ok().unwrap();
+    assert_eq!(topics(&recovered), vec![("t", &b"2"[..])]);
+    assert_eq!(recovered.sessions.len(), 1);
 }
