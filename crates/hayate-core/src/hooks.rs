@@ -8,6 +8,7 @@
 //! that does not stall other connections (`tokio::task::block_in_place` on the server side).
 
 use hayate_codec::ReasonCode;
+use hayate_session::Arrival;
 use hayate_topic::matches_filter;
 use serde::Deserialize;
 use std::any::Any;
@@ -32,6 +33,9 @@ pub struct ClientInfo {
     /// Whatever the hook attached at authentication for its own later decisions (for
     /// example the ACL carried in a JWT). Opaque to the broker.
     pub grant: Option<Arc<dyn Any + Send + Sync>>,
+    /// When its CONNECT reached the broker ([`Arrival::UNKNOWN`] when not known): a new
+    /// subscription never catches up on a message that arrived before it (`crate::arrival`).
+    pub connected: Arrival,
 }
 
 /// A listener's name and the authentication settings that differ per listener.

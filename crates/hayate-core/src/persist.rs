@@ -535,6 +535,7 @@ fn pending_will(client_id: &Arc<str>, stored: &StoredWill, publisher: u64) -> Op
             listener: Arc::new(listener),
             transport_identity: stored.transport_identity.as_deref().map(Arc::from),
             grant: None,
+            connected: hayate_session::Arrival::UNKNOWN,
         }),
     })
 }

@@ -168,16 +168,18 @@ impl Router {
     /// at `arrival` and was put in place as `version` would have received had the broker
     /// handled packets strictly in arrival order (`docs/design/arrival-order.md`).
     /// `subscriber` is the subscribing session: its own messages are ordered exactly (they came
-    /// on its own connection), others' within the stamps' slack.
+    /// on its own connection), others' within the stamps' slack, but never one that arrived
+    /// before `connected` (the subscriber's CONNECT): its client cannot have expected it.
     pub fn missed(
         &self,
         filter: &str,
         arrival: Arrival,
+        connected: Arrival,
         version: u64,
         subscriber: u64,
     ) -> Vec<Arc<Message>> {
         self.recent.missed(arrival, version, subscriber, |message| {
-            hayate_topic::matches_filter(filter, &message.topic)
+            message.arrival > connected && hayate_topic::matches_filter(filter, &message.topic)
         })
     }
 

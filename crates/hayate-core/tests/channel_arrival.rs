@@ -162,3 +162,30 @@ fn a_clients_own_message_from_just_before_its_subscribe_is_not_delivered() {
     assert_eq!(client.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert!(client.received_publishes().is_empty());
 }
+
+/// A message that arrived before the subscriber's CONNECT is never caught up, even within the
+/// stamps' slack of its SUBSCRIBE: its client could not have expected it (a publisher got its
+/// PUBACK, then another client connected and subscribed, all within 200 µs). One that arrived
+/// after the CONNECT still is.
+#[test]
+fn a_message_that_arrived_before_the_subscribers_connect_is_not_caught_up() {
+    let h = CoreHarness::new();
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    publisher.arriving_at(at(1_000));
+    publisher
+        .publish("order/x", b"before the connect", QoS::AtMostOnce)
+        .expect("publish");
+    let mut late = h.channel();
+    late.arriving_at(at(50_000));
+    late.connect(ConnectSpec::v5("late"));
+    late.arriving_at(at(101_000));
+    assert_eq!(late.subscribe("order/#", QoS::AtMostOnce), vec![0]);
+    assert!(late.received_publishes().is_empty());
+
+    let mut early = h.channel();
+    early.arriving_at(at(500));
+    early.connect(ConnectSpec::v5("early"));
+    early.arriving_at(at(101_000));
+    assert_eq!(early.subscribe("order/#", QoS::AtMostOnce), vec![0]);
+    assert_eq!(early.received_publishes().len(), 1, "within the slack");
+}

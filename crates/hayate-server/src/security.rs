@@ -945,6 +945,7 @@ mod tests {
             listener: Default::default(),
             transport_identity: None,
             grant: None,
+            connected: hayate_core::Arrival::UNKNOWN,
         };
         assert_eq!(
             config.authenticate(&client, Some(b"p")).unwrap_err(),
@@ -1033,6 +1034,7 @@ mod tests {
             listener: Default::default(),
             transport_identity: None,
             grant: None,
+            connected: hayate_core::Arrival::UNKNOWN,
         }
     }
 

@@ -96,6 +96,7 @@ impl Channel {
             listener: self.info.listener.clone(),
             transport_identity: self.info.transport_identity.clone(),
             grant: None,
+            connected: self.arrival,
         };
         let method = connect
             .properties

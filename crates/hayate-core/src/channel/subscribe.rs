@@ -136,9 +136,15 @@ impl Channel {
             && options.retain_handling != RETAIN_NEVER
             && !(options.retain_handling == RETAIN_IF_NEW && existed);
         let missed = if shared.is_none() && !existed {
-            broker
-                .router
-                .missed(inner, self.arrival, subscribed.version, session_id)
+            broker.router.missed(
+                inner,
+                self.arrival,
+                self.client
+                    .as_ref()
+                    .map_or(hayate_session::Arrival::UNKNOWN, |client| client.connected),
+                subscribed.version,
+                session_id,
+            )
         } else {
             Vec::new()
         };
