@@ -1,0 +1,506 @@
+//! From Mosquitto lines to a Hayate [`Config`]: sections, global keys, and the checks that
+//! need the whole file (per-listener security, bridges, the default listener).
+
+use super::bridge::{self, BridgeConfig, BRIDGE_KEYS};
+use super::listeners::{warning, ListenerDraft, Security};
+use super::reader::Line;
+use super::{path_value, MosquittoError, Translation, Warning};
+use crate::config::Config;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// "No limit" for Hayate's `usize` limits (what TOML can hold).
+pub(super) const UNLIMITED: usize = i64::MAX as usize;
+
+/// Global keys accepted without effect, and why.
+const WARNED: &[(&str, &str)] = &[
+    ("pid_file", "Hayate writes no pid file"),
+    (
+        "user",
+        "Hayate does not change user: start it as the user it should run as",
+    ),
+    (
+        "autosave_interval",
+        "Hayate writes its store incrementally, not as periodic snapshots",
+    ),
+    (
+        "autosave_on_changes",
+        "Hayate writes its store incrementally, not as periodic snapshots",
+    ),
+    (
+        "persistence_file",
+        "Hayate's store is a directory (persistence_location)",
+    ),
+    (
+        "log_timestamp_format",
+        "Hayate's log lines carry RFC 3339 timestamps",
+    ),
+    ("log_facility", "Hayate does not log to syslog"),
+    (
+        "websockets_log_level",
+        "Hayate logs WebSocket events with its own log level",
+    ),
+    (
+        "auto_id_prefix",
+        "Hayate assigns client identifiers of its own form",
+    ),
+    (
+        "allow_duplicate_messages",
+        "deprecated by Mosquitto; Hayate follows MQTT's rules for overlapping subscriptions",
+    ),
+];
+
+/// Global keys that Hayate cannot honour with any value.
+const REFUSED: &[(&str, &str)] = &[
+    ("clientid_prefixes", "client id prefixes are not supported"),
+    ("auth_plugin", "plugins are not supported"),
+    ("plugin", "plugins are not supported"),
+    ("global_plugin", "plugins are not supported"),
+    (
+        "auth_plugin_deny_special_chars",
+        "plugins are not supported",
+    ),
+    ("use_username_as_clientid", "not supported"),
+];
+
+/// Which section later keys belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    /// Before any `listener` or `connection` line: listener keys go to the default listener.
+    Default,
+    /// After `listener`: index into `listeners`.
+    Listener(usize),
+    /// After `connection`: index into `bridges`.
+    Bridge(usize),
+}
+
+struct Translator {
+    config: Config,
+    warnings: Vec<Warning>,
+    per_listener: bool,
+    section: Section,
+    default_listener: ListenerDraft,
+    listeners: Vec<ListenerDraft>,
+    global_security: Security,
+    bridges: Vec<(BridgeConfig, Line)>,
+    persistence: bool,
+    persistence_location: Option<PathBuf>,
+    log_types: Vec<String>,
+    log_dest_none: bool,
+}
+
+/// Translates the lines of a main file (includes already inlined).
+pub(super) fn translate(lines: &[Line], origin: &str) -> Result<Translation, MosquittoError> {
+    let mut translator = Translator {
+        config: Config::default(),
+        warnings: Vec::new(),
+        per_listener: per_listener_settings(lines)?,
+        section: Section::Default,
+        default_listener: ListenerDraft::default(),
+        listeners: Vec::new(),
+        global_security: Security::default(),
+        bridges: Vec::new(),
+        persistence: false,
+        persistence_location: None,
+        log_types: Vec::new(),
+        log_dest_none: false,
+    };
+    for line in lines {
+        translator.line(line)?;
+    }
+    translator.finish(origin)
+}
+
+/// `per_listener_settings` decides where security keys go, wherever it is written.
+fn per_listener_settings(lines: &[Line]) -> Result<bool, MosquittoError> {
+    let mut value = false;
+    for line in lines.iter().filter(|l| l.key == "per_listener_settings") {
+        value = line.boolean()?;
+    }
+    Ok(value)
+}
+
+impl Translator {
+    fn line(&mut self, line: &Line) -> Result<(), MosquittoError> {
+        let key = line.key.as_str();
+        match key {
+            "per_listener_settings" => return Ok(()),
+            "listener" => {
+                self.listeners.push(ListenerDraft::from_line(line)?);
+                self.section = Section::Listener(self.listeners.len() - 1);
+                return Ok(());
+            }
+            "connection" => {
+                let name = line.word()?;
+                if self.bridges.iter().any(|(b, _)| b.name == name) {
+                    return Err(line.error(format!("a bridge named {name:?} exists already")));
+                }
+                self.bridges.push((BridgeConfig::new(name), line.clone()));
+                self.section = Section::Bridge(self.bridges.len() - 1);
+                return Ok(());
+            }
+            "port" => return self.default_listener.set_port(line),
+            "bind_address" => return self.default_listener.set_bind(line),
+            _ => {}
+        }
+        if BRIDGE_KEYS.contains(&key) {
+            return match self.section {
+                Section::Bridge(index) => {
+                    bridge::apply(&mut self.bridges[index].0, line).map(|_| ())
+                }
+                _ => Err(line.error("a bridge key outside a bridge section (`connection NAME`)")),
+            };
+        }
+        if self.security(line)? || self.listener_key(line)? || self.global(line)? {
+            return Ok(());
+        }
+        Err(line.error("unknown key"))
+    }
+
+    /// The listener a listener key applies to here.
+    fn current_listener(&mut self, line: &Line) -> Result<&mut ListenerDraft, MosquittoError> {
+        match self.section {
+            Section::Default => Ok(&mut self.default_listener),
+            Section::Listener(index) => Ok(&mut self.listeners[index]),
+            Section::Bridge(_) => Err(line.error(
+                "a listener key inside a bridge section: move it above the `connection` line",
+            )),
+        }
+    }
+
+    fn security(&mut self, line: &Line) -> Result<bool, MosquittoError> {
+        if !self.per_listener {
+            return self.global_security.apply(line);
+        }
+        let mut probe = Security::default();
+        if !probe.apply(line)? {
+            return Ok(false);
+        }
+        self.current_listener(line)?.security.apply(line)
+    }
+
+    fn listener_key(&mut self, line: &Line) -> Result<bool, MosquittoError> {
+        let mut probe = ListenerDraft::default();
+        if !probe.apply(line, &mut Vec::new())? {
+            return Ok(false);
+        }
+        let mut warnings = std::mem::take(&mut self.warnings);
+        let result = self
+            .current_listener(line)
+            .and_then(|l| l.apply(line, &mut warnings));
+        self.warnings = warnings;
+        result
+    }
+
+    fn global(&mut self, line: &Line) -> Result<bool, MosquittoError> {
+        let key = line.key.as_str();
+        if let Some((_, reason)) = REFUSED.iter().find(|(k, _)| *k == key) {
+            return Err(line.error(*reason));
+        }
+        if key.starts_with("auth_opt_") || key.starts_with("plugin_opt_") {
+            return Err(line.error("plugins are not supported"));
+        }
+        if let Some((_, reason)) = WARNED.iter().find(|(k, _)| *k == key) {
+            line.string()?;
+            self.warnings.push(warning(line, reason));
+            return Ok(true);
+        }
+        Ok(self.limit(line)? || self.behaviour(line)? || self.storage_or_log(line)?)
+    }
+
+    /// Limits with a Hayate `[broker]` key of the same meaning.
+    fn limit(&mut self, line: &Line) -> Result<bool, MosquittoError> {
+        let broker = &mut self.config.broker;
+        match line.key.as_str() {
+            "max_inflight_messages" => {
+                broker.max_inflight_messages = match line.integer_in(0, i64::MAX)? {
+                    0 => u16::MAX,
+                    n => n.min(u16::MAX.into()) as u16,
+                }
+            }
+            "max_queued_messages" => {
+                broker.max_queued_messages = match line.integer_in(0, i64::MAX)? {
+                    0 => UNLIMITED,
+                    n => n as usize,
+                }
+            }
+            "max_queued_bytes" => {
+                broker.max_queued_bytes = match line.integer_in(0, i64::MAX)? {
+                    0 => UNLIMITED,
+                    n => n as usize,
+                }
+            }
+            "max_packet_size" => {
+                let max = i64::from(hayate_codec::MAX_VARIABLE_INT) + 5;
+                broker.max_packet_size = match line.integer_in(0, max)? {
+                    0 => max as u32,
+                    n if n < 64 => {
+                        return Err(line.error("Hayate's smallest max_packet_size is 64"))
+                    }
+                    n => n as u32,
+                }
+            }
+            "max_keepalive" => broker.max_keep_alive = line.integer_in(1, u16::MAX.into())? as u16,
+            "max_qos" => broker.max_qos = line.integer_in(0, 2)? as u8,
+            "max_topic_alias" => {
+                broker.topic_alias_maximum = line.integer_in(0, u16::MAX.into())? as u16
+            }
+            "persistent_client_expiration" => {
+                broker.max_session_expiry_interval = expiration(line)?;
+            }
+            "message_size_limit" | "max_inflight_bytes" | "memory_limit" => {
+                if line.integer_in(0, i64::MAX)? != 0 {
+                    return Err(line.error(no_equivalent(&line.key)));
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Protocol behaviour switches.
+    fn behaviour(&mut self, line: &Line) -> Result<bool, MosquittoError> {
+        match line.key.as_str() {
+            "retain_available" => self.config.broker.retain_available = line.boolean()?,
+            "queue_qos0_messages" => self.config.broker.queue_qos0_offline = line.boolean()?,
+            "sys_interval" => {
+                self.config.server.sys_interval_secs = line.integer_in(0, i64::MAX)? as u64
+            }
+            "set_tcp_nodelay" => self.config.server.tcp_nodelay = line.boolean()?,
+            // Hayate's behaviour is Mosquitto's default for these; the other value is refused.
+            "allow_zero_length_clientid" => require(line, true)?,
+            "upgrade_outgoing_qos" | "check_retain_source" => require(line, false)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn storage_or_log(&mut self, line: &Line) -> Result<bool, MosquittoError> {
+        match line.key.as_str() {
+            "persistence" => self.persistence = line.boolean()?,
+            "persistence_location" => self.persistence_location = Some(path_value(line.string()?)),
+            "log_type" => {
+                let kind = line.word()?;
+                const TYPES: &[&str] = &[
+                    "debug",
+                    "error",
+                    "warning",
+                    "notice",
+                    "information",
+                    "subscribe",
+                    "unsubscribe",
+                    "websockets",
+                    "none",
+                    "all",
+                ];
+                if !TYPES.contains(&kind) {
+                    return Err(line.error(format!("unknown log type {kind:?}")));
+                }
+                self.log_types.push(kind.to_string());
+            }
+            "log_dest" => self.log_dest(line)?,
+            "log_timestamp" => {
+                if !line.boolean()? {
+                    let reason = "Hayate's log lines always carry a timestamp";
+                    self.warnings.push(warning(line, reason));
+                }
+            }
+            "connection_messages" => {
+                if line.boolean()? {
+                    let reason = "Hayate does not log each connection (closes at debug level)";
+                    self.warnings.push(warning(line, reason));
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn log_dest(&mut self, line: &Line) -> Result<(), MosquittoError> {
+        let words = line.words();
+        match words.as_slice() {
+            ["stdout"] => {}
+            ["none"] => self.log_dest_none = true,
+            ["stderr" | "syslog" | "topic" | "dlt"] | ["file", _, ..] => {
+                let reason = "Hayate logs to standard output only";
+                self.warnings.push(warning(line, reason));
+            }
+            ["file"] => return Err(line.error("log_dest file needs a file name")),
+            _ => {
+                return Err(line.error(format!(
+                    "expected stdout, stderr, syslog, topic, dlt, none or file PATH, got {:?}",
+                    line.value
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, origin: &str) -> Result<Translation, MosquittoError> {
+        self.finish_listeners()?;
+        self.finish_logging();
+        if self.persistence {
+            let dir = self
+                .persistence_location
+                .take()
+                .unwrap_or_else(|| PathBuf::from("."));
+            self.config.storage.dir = Some(dir);
+        }
+        for (bridge, line) in &self.bridges {
+            bridge.validate().map_err(|message| line.error(message))?;
+        }
+        self.config.bridges = self.bridges.into_iter().map(|(b, _)| b).collect();
+        self.config
+            .validate()
+            .map_err(|e| MosquittoError::Invalid {
+                file: origin.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Translation {
+            config: self.config,
+            warnings: self.warnings,
+        })
+    }
+
+    fn finish_listeners(&mut self) -> Result<(), MosquittoError> {
+        let mut drafts = Vec::new();
+        if self.default_listener.is_configured() {
+            drafts.push(std::mem::take(&mut self.default_listener));
+        } else if let Some(line) = &self.default_listener.security.first {
+            return Err(line.error(
+                "with per_listener_settings true this applies to the default listener, which is not configured (no port): move it below a `listener` line",
+            ));
+        }
+        drafts.append(&mut self.listeners);
+        if drafts.is_empty() {
+            // Mosquitto 2 without listeners: local only, on port 1883, anonymous allowed.
+            self.config.server.listen = vec![SocketAddr::from(([127, 0, 0, 1], 1883))];
+            let security = std::mem::take(&mut self.global_security);
+            self.apply_security(&security, true);
+            return Ok(());
+        }
+        self.config.server.listen = Vec::new();
+        let shared = if self.per_listener {
+            shared_security(&drafts)?
+        } else {
+            std::mem::take(&mut self.global_security)
+        };
+        for draft in &drafts {
+            let security = if self.per_listener {
+                &draft.security
+            } else {
+                &shared
+            };
+            let listener = draft.translate(security, self.per_listener, &mut self.warnings)?;
+            self.config.listeners.push(listener);
+        }
+        self.apply_security(&shared, false);
+        Ok(())
+    }
+
+    fn apply_security(&mut self, security: &Security, anonymous_default: bool) {
+        let auth = &mut self.config.auth;
+        auth.allow_anonymous = if self.per_listener && !self.config.listeners.is_empty() {
+            false
+        } else {
+            security.allow_anonymous.unwrap_or(anonymous_default)
+        };
+        auth.password_file = security.password_file.as_ref().map(|(p, _)| p.clone());
+        auth.acl_file = security.acl_file.as_ref().map(|(p, _)| p.clone());
+    }
+
+    fn finish_logging(&mut self) {
+        let has = |names: &[&str]| self.log_types.iter().any(|t| names.contains(&t.as_str()));
+        let level = if self.log_dest_none {
+            Some("off")
+        } else if self.log_types.is_empty() {
+            None
+        } else if has(&["debug", "all"]) {
+            Some("debug")
+        } else if has(&[
+            "information",
+            "notice",
+            "subscribe",
+            "unsubscribe",
+            "websockets",
+        ]) {
+            Some("info")
+        } else if has(&["warning"]) {
+            Some("warn")
+        } else if has(&["error"]) {
+            Some("error")
+        } else {
+            Some("off")
+        };
+        if let Some(level) = level {
+            self.config.server.log_level = level.to_string();
+        }
+    }
+}
+
+/// With `per_listener_settings true`: Hayate has one password file and one ACL file for all
+/// listeners, so every listener must name the same ones (`allow_anonymous` may differ).
+fn shared_security(drafts: &[ListenerDraft]) -> Result<Security, MosquittoError> {
+    let first = &drafts[0].security;
+    for draft in &drafts[1..] {
+        let other = &draft.security;
+        let pairs = [
+            ("password_file", &first.password_file, &other.password_file),
+            ("acl_file", &first.acl_file, &other.acl_file),
+        ];
+        for (key, a, b) in pairs {
+            let same = a.as_ref().map(|(p, _)| p) == b.as_ref().map(|(p, _)| p);
+            if !same {
+                let line = b
+                    .as_ref()
+                    .map(|(_, l)| l)
+                    .or(draft.line.as_ref())
+                    .expect("a listener has a line");
+                return Err(line.error(format!(
+                    "per_listener_settings true with a {key} that differs between listeners: Hayate has one {key} for all listeners"
+                )));
+            }
+        }
+    }
+    Ok(first.clone())
+}
+
+fn require(line: &Line, supported: bool) -> Result<(), MosquittoError> {
+    if line.boolean()? != supported {
+        return Err(line.error(format!("only {supported} is supported")));
+    }
+    Ok(())
+}
+
+fn no_equivalent(key: &str) -> String {
+    match key {
+        "message_size_limit" => {
+            "Hayate limits whole packets, not payloads: use max_packet_size (Mosquitto 2 deprecates message_size_limit); only 0 can be honoured".into()
+        }
+        other => format!("Hayate has no {other}; only 0 (no limit) can be honoured"),
+    }
+}
+
+/// `persistent_client_expiration`: a number and a unit (h, d, w, m = 30 days, y = 365 days).
+fn expiration(line: &Line) -> Result<u32, MosquittoError> {
+    let word = line.word()?;
+    let (number, unit) = word.split_at(word.len() - 1);
+    let seconds: u64 = match unit {
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        "m" => 30 * 86_400,
+        "y" => 365 * 86_400,
+        _ => {
+            return Err(line.error(format!(
+                "expected a number and h, d, w, m or y, got {word:?}"
+            )))
+        }
+    };
+    let number: u64 = number.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+        line.error(format!(
+            "expected a number and h, d, w, m or y, got {word:?}"
+        ))
+    })?;
+    Ok(number.saturating_mul(seconds).min(u64::from(u32::MAX)) as u32)
+}
