@@ -30,6 +30,8 @@ pub struct Translation {
     pub config: Config,
     /// Keys accepted without effect, in file order.
     pub warnings: Vec<Warning>,
+    /// The main file's name.
+    pub origin: String,
 }
 
 impl Translation {
@@ -38,9 +40,21 @@ impl Translation {
         if self.warnings.is_empty() {
             return None;
         }
-        let items: Vec<String> = self.warnings.iter().map(ToString::to_string).collect();
+        let items: Vec<String> = self
+            .warnings
+            .iter()
+            .map(|w| {
+                let place = if w.file == self.origin {
+                    format!("line {}", w.line)
+                } else {
+                    format!("{}:{}", w.file, w.line)
+                };
+                format!("{} ({place}: {})", w.key, w.reason)
+            })
+            .collect();
         Some(format!(
-            "Mosquitto keys without effect in Hayate: {}",
+            "{}: Mosquitto keys without effect in Hayate: {}",
+            self.origin,
             items.join("; ")
         ))
     }

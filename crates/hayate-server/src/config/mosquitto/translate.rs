@@ -359,6 +359,7 @@ impl Translator {
         Ok(Translation {
             config: self.config,
             warnings: self.warnings,
+            origin: origin.to_string(),
         })
     }
 
