@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use hayate_server::config::{mosquitto, ConfigFormat, Durability};
 use hayate_server::{Config, Server};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Hayate: an MQTT 3.1 / 3.1.1 / 5.0 broker.
 #[derive(Debug, Parser)]
@@ -95,56 +95,52 @@ fn main() -> anyhow::Result<()> {
 
 fn config_command(command: ConfigCommand) -> anyhow::Result<()> {
     match command {
-        ConfigCommand::Check { file } => {
-            let result = Config::load_file(&file)
-                .map_err(anyhow::Error::from)
-                .and_then(|loaded| {
-                    loaded
-                        .config
-                        .auth
-                        .prepare()
-                        .with_context(|| format!("{}: [auth]", file.display()))?;
-                    Ok(loaded)
-                });
-            match result {
-                Ok(loaded) => {
-                    if let Some(warnings) = &loaded.warnings {
-                        eprintln!("warning: {warnings}");
-                    }
-                    let format = match loaded.format {
-                        ConfigFormat::Toml => "Hayate TOML",
-                        ConfigFormat::Mosquitto => "Mosquitto",
-                    };
-                    println!("{}: valid ({format})", file.display());
-                    if let Err(error) = loaded.config.ensure_runnable() {
-                        eprintln!("note: {error}");
-                    }
-                    Ok(())
-                }
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    std::process::exit(1);
-                }
-            }
-        }
-        ConfigCommand::Convert { file } => {
-            let loaded = Config::load_file(&file)?;
-            if loaded.format == ConfigFormat::Toml {
-                anyhow::bail!("{} is Hayate TOML already", file.display());
-            }
-            if let Some(warnings) = &loaded.warnings {
-                eprintln!("warning: {warnings}");
-            }
-            let header = format!(
-                "Converted from {} by `hayate config convert` (hayate {}).\n\
-                 Only the keys that differ from Hayate's defaults are written; see hayate.toml.",
-                file.display(),
-                env!("CARGO_PKG_VERSION")
-            );
-            print!("{}", mosquitto::to_toml(&loaded.config, &header));
-            Ok(())
-        }
+        ConfigCommand::Check { file } => config_check(&file),
+        ConfigCommand::Convert { file } => config_convert(&file),
     }
+}
+
+/// `hayate config check`: exit code 0 when the file (and the auth files it names) loads, 1
+/// (the error returned from main) when not.
+fn config_check(file: &Path) -> anyhow::Result<()> {
+    let loaded = Config::load_file(file)?;
+    // Read the password, ACL and SCRAM files and the JWT key, as `serve` does at start.
+    loaded
+        .config
+        .auth
+        .prepare()
+        .with_context(|| format!("{}: [auth]", file.display()))?;
+    if let Some(warnings) = &loaded.warnings {
+        eprintln!("warning: {warnings}");
+    }
+    let format = match loaded.format {
+        ConfigFormat::Toml => "Hayate TOML",
+        ConfigFormat::Mosquitto => "Mosquitto",
+    };
+    println!("{}: valid ({format})", file.display());
+    if let Err(error) = loaded.config.ensure_runnable() {
+        eprintln!("note: {error}");
+    }
+    Ok(())
+}
+
+/// `hayate config convert`: the TOML on stdout, the keys without effect on stderr.
+fn config_convert(file: &Path) -> anyhow::Result<()> {
+    let loaded = Config::load_file(file)?;
+    if loaded.format == ConfigFormat::Toml {
+        anyhow::bail!("{} is Hayate TOML already", file.display());
+    }
+    if let Some(warnings) = &loaded.warnings {
+        eprintln!("warning: {warnings}");
+    }
+    let header = format!(
+        "Converted from {} by `hayate config convert` (hayate {}).\n\
+         Only the keys that differ from Hayate's defaults are written; see hayate.toml.",
+        file.display(),
+        env!("CARGO_PKG_VERSION")
+    );
+    print!("{}", mosquitto::to_toml(&loaded.config, &header));
+    Ok(())
 }
 
 fn bench(args: hayate_bench::BenchArgs) -> anyhow::Result<()> {

@@ -445,6 +445,9 @@ fn address(line: &Line, word: &str) -> Result<String, MosquittoError> {
             .ok_or_else(|| line.error(format!("invalid port in {word:?}")))?,
         None => 1883,
     };
+    if host.contains(':') && !host.starts_with('[') {
+        return Ok(format!("[{host}]:{port}"));
+    }
     Ok(format!("{host}:{port}"))
 }
 
@@ -565,4 +568,39 @@ fn psk(line: &Line) -> Result<String, MosquittoError> {
         return Err(line.error("the key must be hexadecimal"));
     }
     Ok(key.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(key: &str, value: &str) -> Line {
+        Line {
+            file: "t.conf".into(),
+            number: 1,
+            key: key.to_string(),
+            value: value.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_listed_bridge_key_is_applied_and_no_other() {
+        for key in BRIDGE_KEYS {
+            let mut bridge = BridgeConfig::new("b");
+            // With no value every bridge key is an error, never "not a bridge key".
+            assert!(apply(&mut bridge, &line(key, "")).is_err(), "{key}");
+        }
+        let mut bridge = BridgeConfig::new("b");
+        assert!(!apply(&mut bridge, &line("listener", "1883")).unwrap());
+    }
+
+    #[test]
+    fn addresses_get_the_default_port() {
+        let mut bridge = BridgeConfig::new("b");
+        apply(&mut bridge, &line("address", "a b:1884 [::1]:1885 ::1")).unwrap();
+        assert_eq!(
+            bridge.addresses,
+            ["a:1883", "b:1884", "[::1]:1885", "[::1]:1883"]
+        );
+    }
 }
