@@ -329,14 +329,14 @@ fn limits_map_onto_broker_keys() {
 
 #[test]
 fn zero_means_unlimited_where_mosquitto_says_so() {
-    let t = ok("max_inflight_messages 0\nmax_queued_messages 0\nmax_packet_size 0\n");
+    let t = ok("max_inflight_messages 0\nmax_queued_messages 0\nmax_keepalive 0\n");
     assert_eq!(t.config.broker.max_inflight_messages, u16::MAX);
     assert_eq!(t.config.broker.max_queued_messages, i64::MAX as usize);
-    assert_eq!(t.config.broker.max_packet_size, 268_435_460);
-    let t = ok(
-        "max_inflight_messages 100000\nset_tcp_nodelay false\npersistent_client_expiration 2h\n",
-    );
+    assert_eq!(t.config.broker.max_keep_alive, u16::MAX);
+    // Negative values are "no limit" too, as Mosquitto reads them.
+    let t = ok("max_inflight_messages -1\nmax_queued_bytes -1\nset_tcp_nodelay false\npersistent_client_expiration 2h\n");
     assert_eq!(t.config.broker.max_inflight_messages, u16::MAX);
+    assert_eq!(t.config.broker.max_queued_bytes, i64::MAX as usize);
     assert!(!t.config.server.tcp_nodelay);
     assert_eq!(t.config.broker.max_session_expiry_interval, 7200);
 }
@@ -344,9 +344,12 @@ fn zero_means_unlimited_where_mosquitto_says_so() {
 #[test]
 fn limits_with_malformed_or_unhonourable_values() {
     err("max_inflight_messages ten\n", 1, "max_inflight_messages");
-    err("max_queued_messages -1\n", 1, "max_queued_messages");
+    err("max_queued_messages 1e3\n", 1, "max_queued_messages");
     err("max_packet_size 32\n", 1, "max_packet_size");
-    err("max_keepalive 0\n", 1, "max_keepalive");
+    // Mosquitto refuses max_packet_size below 20, 0 included.
+    err("max_packet_size 0\n", 1, "max_packet_size");
+    err("max_inflight_messages 70000\n", 1, "max_inflight_messages");
+    err("sys_interval 70000\n", 1, "sys_interval");
     err("max_keepalive 70000\n", 1, "max_keepalive");
     err("max_qos 3\n", 1, "max_qos");
     err(
@@ -366,6 +369,46 @@ fn limits_with_malformed_or_unhonourable_values() {
     err("upgrade_outgoing_qos true\n", 1, "upgrade_outgoing_qos");
     err("check_retain_source true\n", 1, "check_retain_source");
     ok("message_size_limit 0\nmax_inflight_bytes 0\nupgrade_outgoing_qos false\n");
+}
+
+/// `max_qos` and `max_topic_alias` are per listener in Mosquitto, broker-wide in Hayate.
+#[test]
+fn per_listener_protocol_limits_must_agree() {
+    let t = ok("listener 1883 127.0.0.1\nmax_qos 1\nmax_topic_alias 5\nlistener 1884 127.0.0.1\nmaximum_qos 1\nmax_topic_alias 5\n");
+    assert_eq!(t.config.broker.max_qos, 1);
+    assert_eq!(t.config.broker.topic_alias_maximum, 5);
+    let message = err(
+        "listener 1883 127.0.0.1\nmax_qos 1\nlistener 1884 127.0.0.1\nmax_qos 0\n",
+        4,
+        "max_qos",
+    );
+    assert!(message.contains("differs between listeners"), "{message}");
+    // A listener without the key has Mosquitto's default (2): named at its listener line.
+    err(
+        "listener 1883 127.0.0.1\nmax_qos 1\nlistener 1884 127.0.0.1\n",
+        3,
+        "listener",
+    );
+    // Set on none: Hayate's defaults stay.
+    let t = ok("listener 1883 127.0.0.1\n");
+    assert_eq!(t.config.broker.max_qos, 2);
+    assert_eq!(t.config.broker.topic_alias_maximum, 64);
+}
+
+#[test]
+fn per_listener_settings_must_come_before_security_keys() {
+    err(
+        "allow_anonymous true\nper_listener_settings true\n",
+        2,
+        "per_listener_settings",
+    );
+    ok("allow_anonymous true\nper_listener_settings false\n");
+    err("per_listener_settings maybe\n", 1, "per_listener_settings");
+}
+
+#[test]
+fn retry_interval_is_warned_as_mosquitto_2_does() {
+    assert_eq!(ok("retry_interval 20\n").warnings[0].key, "retry_interval");
 }
 
 // ---- persistence and logging ----
@@ -596,7 +639,6 @@ fn bridge_errors_name_the_line() {
 fn unknown_keys_and_malformed_lines_are_errors() {
     let message = err("port 1883\nmax_conections 10\n", 2, "max_conections");
     assert!(message.contains("unknown key"), "{message}");
-    err("retry_interval 20\n", 1, "retry_interval");
     err("listener 1883 127.0.0.1\nport x\n", 2, "port");
     err("sys_interval\n", 1, "sys_interval");
     err("max_qos 1 2\n", 1, "max_qos");

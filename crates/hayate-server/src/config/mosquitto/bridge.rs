@@ -115,6 +115,9 @@ pub struct BridgeConfig {
     /// TLS: version (`tlsv1.3`, `tlsv1.2`, ...).
     #[serde(default)]
     pub tls_version: Option<String>,
+    /// TLS: require OCSP stapling from the remote broker.
+    #[serde(default)]
+    pub require_ocsp: bool,
     /// TLS: ALPN protocol.
     #[serde(default)]
     pub alpn: Option<String>,
@@ -275,6 +278,7 @@ impl BridgeConfig {
             certfile: None,
             keyfile: None,
             insecure: false,
+            require_ocsp: false,
             tls_version: None,
             alpn: None,
             identity: None,
@@ -376,6 +380,7 @@ pub(super) fn apply(bridge: &mut BridgeConfig, line: &Line) -> Result<bool, Mosq
         "bridge_certfile" => bridge.certfile = Some(line.string()?.into()),
         "bridge_keyfile" => bridge.keyfile = Some(line.string()?.into()),
         "bridge_insecure" => bridge.insecure = line.boolean()?,
+        "bridge_require_ocsp" => bridge.require_ocsp = line.boolean()?,
         "bridge_tls_version" => bridge.tls_version = Some(tls_version(line)?),
         "bridge_alpn" => bridge.alpn = Some(text(line)?),
         "bridge_identity" => bridge.identity = Some(text(line)?),
@@ -423,6 +428,7 @@ pub(super) const BRIDGE_KEYS: &[&str] = &[
     "bridge_certfile",
     "bridge_keyfile",
     "bridge_insecure",
+    "bridge_require_ocsp",
     "bridge_tls_version",
     "bridge_alpn",
     "bridge_identity",

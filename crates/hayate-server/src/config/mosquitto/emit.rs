@@ -317,6 +317,7 @@ fn bridge_table(out: &mut String, b: &BridgeConfig) {
     diff!(table, b, d, keepalive_interval_secs);
     diff!(table, b, d, attempt_unsubscribe);
     diff!(table, b, d, insecure);
+    diff!(table, b, d, require_ocsp);
     diff!(table, b, d, restart_timeout_cap_secs);
     bridge_options(&mut table, b);
     let _ = writeln!(out, "\n[[bridge]]");

@@ -22,6 +22,10 @@ enum Domain {
     Ipv6,
 }
 
+/// The security keys (per listener with `per_listener_settings true`, else global).
+pub(super) const SECURITY_KEYS: &[&str] =
+    &["allow_anonymous", "password_file", "acl_file", "psk_file"];
+
 /// The security settings Mosquitto keeps per listener when `per_listener_settings` is true
 /// (and globally otherwise).
 #[derive(Debug, Clone, Default)]
@@ -79,6 +83,8 @@ pub(super) struct ListenerDraft {
     psk_hint: Option<String>,
     ciphers: Option<Line>,
     tls_version: Option<Line>,
+    max_qos: Option<(u8, Line)>,
+    max_topic_alias: Option<(u16, Line)>,
     /// Its security settings (used with `per_listener_settings true`).
     pub security: Security,
 }
@@ -211,8 +217,16 @@ impl ListenerDraft {
                 })
             }
             "max_connections" => {
-                let value = line.integer_in(-1, i64::MAX)?;
+                // Negative: no limit.
+                let value = line.integer()?;
                 self.max_connections = (value >= 0).then_some(value as usize);
+            }
+            "max_qos" | "maximum_qos" => {
+                self.max_qos = Some((line.integer_in(0, 2)? as u8, line.clone()))
+            }
+            "max_topic_alias" => {
+                let value = line.integer_in(0, u16::MAX.into())? as u16;
+                self.max_topic_alias = Some((value, line.clone()));
             }
             "cafile" => self.cafile = Some(path_value(line.string()?)),
             "certfile" => self.certfile = Some(path_value(line.string()?)),
@@ -383,6 +397,55 @@ impl ListenerDraft {
             }
         }
     }
+}
+
+/// Per-listener protocol limits of Mosquitto that are broker-wide in Hayate.
+#[derive(Debug, Default)]
+pub(super) struct ProtocolLimits {
+    /// `max_qos`, when a listener sets it.
+    pub max_qos: Option<u8>,
+    /// `max_topic_alias`, when a listener sets it.
+    pub max_topic_alias: Option<u16>,
+}
+
+/// Mosquitto sets `max_qos` and `max_topic_alias` per listener, Hayate for the broker: they
+/// must be the same on every listener (a listener without the key has Mosquitto's default,
+/// 2 and 10).
+pub(super) fn shared_protocol_limits(
+    drafts: &[ListenerDraft],
+) -> Result<ProtocolLimits, MosquittoError> {
+    fn shared<T: Copy + PartialEq + std::fmt::Display>(
+        drafts: &[ListenerDraft],
+        get: impl Fn(&ListenerDraft) -> &Option<(T, Line)>,
+        default: T,
+    ) -> Result<Option<T>, MosquittoError> {
+        let Some((value, _)) = drafts.iter().find_map(|d| get(d).clone()) else {
+            return Ok(None);
+        };
+        for draft in drafts {
+            let (other, line) = match get(draft) {
+                Some((other, line)) => (*other, line),
+                None => (
+                    default,
+                    draft
+                        .line
+                        .as_ref()
+                        .or(draft.first_option.as_ref())
+                        .expect("a listener has a line"),
+                ),
+            };
+            if other != value {
+                return Err(line.error(format!(
+                    "differs between listeners ({value} and {other}; Mosquitto's default is {default}): Hayate has one value for all listeners"
+                )));
+            }
+        }
+        Ok(Some(value))
+    }
+    Ok(ProtocolLimits {
+        max_qos: shared(drafts, |d| &d.max_qos, 2)?,
+        max_topic_alias: shared(drafts, |d| &d.max_topic_alias, 10)?,
+    })
 }
 
 fn parse_port(line: &Line, word: &str) -> Result<u16, MosquittoError> {

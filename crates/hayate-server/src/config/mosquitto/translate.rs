@@ -2,7 +2,7 @@
 //! need the whole file (per-listener security, bridges, the default listener).
 
 use super::bridge::{self, BridgeConfig, BRIDGE_KEYS};
-use super::listeners::{warning, ListenerDraft, Security};
+use super::listeners::{warning, ListenerDraft, Security, SECURITY_KEYS};
 use super::reader::Line;
 use super::{path_value, MosquittoError, Translation, Warning};
 use crate::config::Config;
@@ -47,6 +47,10 @@ const WARNED: &[(&str, &str)] = &[
     (
         "allow_duplicate_messages",
         "deprecated by Mosquitto; Hayate follows MQTT's rules for overlapping subscriptions",
+    ),
+    (
+        "retry_interval",
+        "no longer available in Mosquitto 2 either; Hayate resends on reconnection as MQTT requires",
     ),
 ];
 
@@ -111,11 +115,20 @@ pub(super) fn translate(lines: &[Line], origin: &str) -> Result<Translation, Mos
     translator.finish(origin)
 }
 
-/// `per_listener_settings` decides where security keys go, wherever it is written.
+/// `per_listener_settings` decides where security keys go; as in Mosquitto, `true` must come
+/// before any security key.
 fn per_listener_settings(lines: &[Line]) -> Result<bool, MosquittoError> {
     let mut value = false;
-    for line in lines.iter().filter(|l| l.key == "per_listener_settings") {
-        value = line.boolean()?;
+    let mut security_seen = false;
+    for line in lines {
+        if line.key == "per_listener_settings" {
+            value = line.boolean()?;
+            if value && security_seen {
+                return Err(line.error("must come before any security setting (allow_anonymous, password_file, acl_file, psk_file)"));
+            }
+        } else if SECURITY_KEYS.contains(&line.key.as_str()) {
+            security_seen = true;
+        }
     }
     Ok(value)
 }
@@ -213,37 +226,39 @@ impl Translator {
         let broker = &mut self.config.broker;
         match line.key.as_str() {
             "max_inflight_messages" => {
-                broker.max_inflight_messages = match line.integer_in(0, i64::MAX)? {
-                    0 => u16::MAX,
-                    n => n.min(u16::MAX.into()) as u16,
+                // Mosquitto: negative, 0 and 65535 mean no limit; more is an error.
+                broker.max_inflight_messages = match line.integer_in(i64::MIN, u16::MAX.into())? {
+                    n if n <= 0 => u16::MAX,
+                    n => n as u16,
                 }
             }
             "max_queued_messages" => {
-                broker.max_queued_messages = match line.integer_in(0, i64::MAX)? {
-                    0 => UNLIMITED,
+                broker.max_queued_messages = match line.integer()? {
+                    n if n <= 0 => UNLIMITED,
                     n => n as usize,
                 }
             }
             "max_queued_bytes" => {
-                broker.max_queued_bytes = match line.integer_in(0, i64::MAX)? {
-                    0 => UNLIMITED,
+                broker.max_queued_bytes = match line.integer()? {
+                    n if n <= 0 => UNLIMITED,
                     n => n as usize,
                 }
             }
             "max_packet_size" => {
+                // Mosquitto refuses values below 20 (0 included); unset means no limit.
                 let max = i64::from(hayate_codec::MAX_VARIABLE_INT) + 5;
-                broker.max_packet_size = match line.integer_in(0, max)? {
-                    0 => max as u32,
-                    n if n < 64 => {
-                        return Err(line.error("Hayate's smallest max_packet_size is 64"))
-                    }
-                    n => n as u32,
+                let value = line.integer_in(20, max)?;
+                if value < 64 {
+                    return Err(line.error("Hayate's smallest max_packet_size is 64"));
                 }
+                broker.max_packet_size = value as u32;
             }
-            "max_keepalive" => broker.max_keep_alive = line.integer_in(1, u16::MAX.into())? as u16,
-            "max_qos" => broker.max_qos = line.integer_in(0, 2)? as u8,
-            "max_topic_alias" => {
-                broker.topic_alias_maximum = line.integer_in(0, u16::MAX.into())? as u16
+            "max_keepalive" => {
+                // 0: Mosquitto sets no limit.
+                broker.max_keep_alive = match line.integer_in(0, u16::MAX.into())? {
+                    0 => u16::MAX,
+                    n => n as u16,
+                }
             }
             "persistent_client_expiration" => {
                 broker.max_session_expiry_interval = expiration(line)?;
@@ -264,7 +279,7 @@ impl Translator {
             "retain_available" => self.config.broker.retain_available = line.boolean()?,
             "queue_qos0_messages" => self.config.broker.queue_qos0_offline = line.boolean()?,
             "sys_interval" => {
-                self.config.server.sys_interval_secs = line.integer_in(0, i64::MAX)? as u64
+                self.config.server.sys_interval_secs = line.integer_in(0, 65_535)? as u64
             }
             "set_tcp_nodelay" => self.config.server.tcp_nodelay = line.boolean()?,
             // Hayate's behaviour is Mosquitto's default for these; the other value is refused.
@@ -277,7 +292,7 @@ impl Translator {
 
     fn storage_or_log(&mut self, line: &Line) -> Result<bool, MosquittoError> {
         match line.key.as_str() {
-            "persistence" => self.persistence = line.boolean()?,
+            "persistence" | "retained_persistence" => self.persistence = line.boolean()?,
             "persistence_location" => self.persistence_location = Some(path_value(line.string()?)),
             "log_type" => {
                 let kind = line.word()?;
@@ -394,6 +409,13 @@ impl Translator {
             };
             let listener = draft.translate(security, self.per_listener, &mut self.warnings)?;
             self.config.listeners.push(listener);
+        }
+        let limits = super::listeners::shared_protocol_limits(&drafts)?;
+        if let Some(max_qos) = limits.max_qos {
+            self.config.broker.max_qos = max_qos;
+        }
+        if let Some(aliases) = limits.max_topic_alias {
+            self.config.broker.topic_alias_maximum = aliases;
         }
         self.apply_security(&shared, false);
         Ok(())
