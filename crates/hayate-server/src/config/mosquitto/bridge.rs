@@ -477,7 +477,7 @@ fn topic(line: &Line) -> Result<BridgeTopic, MosquittoError> {
         remote_prefix: String::new(),
     };
     if let Some(direction) = words.get(1) {
-        topic.direction = match *direction {
+        topic.direction = match direction.to_ascii_lowercase().as_str() {
             "in" => BridgeDirection::In,
             "out" => BridgeDirection::Out,
             "both" => BridgeDirection::Both,

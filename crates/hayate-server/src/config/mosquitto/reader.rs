@@ -28,9 +28,16 @@ impl Line {
         }
     }
 
-    /// The value's whitespace-separated words.
+    /// The value's whitespace-separated words, up to a word that starts with `#` after the
+    /// first (Mosquitto reads such a word as the start of a trailing comment; the first word
+    /// may be `#`, the topic filter).
     pub fn words(&self) -> Vec<&str> {
-        self.value.split_whitespace().collect()
+        let mut words = self.value.split_whitespace();
+        let first = words.next();
+        first
+            .into_iter()
+            .chain(words.take_while(|w| !w.starts_with('#')))
+            .collect()
     }
 
     /// The value, which must not be empty.
@@ -50,11 +57,11 @@ impl Line {
         }
     }
 
-    /// `true` or `false`.
+    /// `true` or `false` (or, as Mosquitto also reads them, `1` or `0`).
     pub fn boolean(&self) -> Result<bool, MosquittoError> {
         match self.word()? {
-            "true" => Ok(true),
-            "false" => Ok(false),
+            "true" | "1" => Ok(true),
+            "false" | "0" => Ok(false),
             other => Err(self.error(format!("expected true or false, got {other:?}"))),
         }
     }
@@ -167,6 +174,18 @@ mod tests {
         assert_eq!(lines[0].value, "1883");
         assert_eq!(lines[1].value, "file /var/log/a b.log");
         assert_eq!(lines[1].words(), ["file", "/var/log/a", "b.log"]);
+    }
+
+    #[test]
+    fn trailing_comments_end_the_words_of_a_line() {
+        let text = "allow_anonymous true # for tests
+topic # both 0 #all
+listener 1883 #main
+";
+        let lines = read_text(text, "t.conf", true).unwrap();
+        assert!(lines[0].boolean().unwrap());
+        assert_eq!(lines[1].words(), ["#", "both", "0"]);
+        assert_eq!(lines[2].words(), ["1883"]);
     }
 
     #[test]
