@@ -253,7 +253,7 @@ impl Config {
                 warnings: None,
             });
         }
-        let translation = mosquitto::load(path)?;
+        let translation = mosquitto::from_text(&text, &path.display().to_string())?;
         Ok(Loaded {
             warnings: translation.warning_line(),
             config: translation.config,

@@ -225,6 +225,8 @@ fn listener_lines_that_cannot_be_honoured_are_refused() {
 #[test]
 fn global_security_settings() {
     let t = ok("allow_anonymous true\npassword_file /p\nacl_file /a\npsk_file /k\nlistener 1883 127.0.0.1\n");
+    // psk_file without a psk_hint listener has no effect, in Mosquitto too: said.
+    assert_eq!(t.warnings[0].key, "psk_file");
     assert!(t.config.auth.allow_anonymous);
     assert_eq!(
         t.config.auth.password_file.as_deref(),
@@ -274,9 +276,18 @@ fn per_listener_settings_with_differing_files_is_an_error_naming_the_line() {
     // One listener with an ACL, the other without: named at the second listener's line.
     let text = "per_listener_settings true\nlistener 1883 127.0.0.1\nacl_file /a\nlistener 1884 127.0.0.1\n";
     err(text, 4, "listener");
-    // Security settings for a default listener that does not exist.
-    let text = "per_listener_settings true\npassword_file /p\nlistener 1884 127.0.0.1\n";
-    err(text, 2, "password_file");
+    // Security settings for a default listener that does not exist (as in Mosquitto 2,
+    // acl_file and allow_anonymous do not create it; Mosquitto would drop them unsaid).
+    let text = "per_listener_settings true\nacl_file /a\nlistener 1884 127.0.0.1\n";
+    err(text, 2, "acl_file");
+    // password_file does create it, on port 1883.
+    let t = ok("per_listener_settings true\npassword_file /p\nallow_anonymous true\n");
+    assert_eq!(t.config.listeners[0].bind, addr("0.0.0.0:1883"));
+    assert_eq!(t.config.listeners[0].allow_anonymous, Some(true));
+    assert_eq!(
+        t.config.auth.password_file.as_deref(),
+        Some(Path::new("/p"))
+    );
 }
 
 #[test]
@@ -428,6 +439,7 @@ fn persistence_becomes_the_storage_directory() {
     assert_eq!(t.config.storage.dir.as_deref(), Some(Path::new(".")));
     let t = ok("persistence false\npersistence_location /var/lib/mosquitto\n");
     assert_eq!(t.config.storage.dir, None);
+    assert_eq!(t.warnings[0].key, "persistence_location");
     err("persistence on\n", 1, "persistence");
 }
 

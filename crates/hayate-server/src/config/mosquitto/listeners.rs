@@ -38,6 +38,8 @@ pub(super) struct Security {
     pub acl_file: Option<(PathBuf, Line)>,
     /// `psk_file`.
     pub psk_file: Option<PathBuf>,
+    /// The line that set `psk_file`.
+    pub psk_file_line: Option<Line>,
     /// The first security line (for errors about where it applies).
     pub first: Option<Line>,
 }
@@ -51,7 +53,10 @@ impl Security {
                 self.password_file = Some((path_value(line.string()?), line.clone()))
             }
             "acl_file" => self.acl_file = Some((path_value(line.string()?), line.clone())),
-            "psk_file" => self.psk_file = Some(path_value(line.string()?)),
+            "psk_file" => {
+                self.psk_file = Some(path_value(line.string()?));
+                self.psk_file_line = Some(line.clone());
+            }
             _ => return Ok(false),
         }
         if self.first.is_none() {
@@ -168,8 +173,24 @@ impl ListenerDraft {
     }
 
     /// Whether the default listener was asked for (`port`, `bind_address` or a listener key).
+    /// As in Mosquitto 2, a `password_file` or `psk_file` given to it (with
+    /// `per_listener_settings true`) also asks for it; `allow_anonymous` and `acl_file` alone
+    /// do not.
     pub fn is_configured(&self) -> bool {
-        self.line.is_some() || self.first_option.is_some()
+        self.line.is_some()
+            || self.first_option.is_some()
+            || self.security.password_file.is_some()
+            || self.security.psk_file.is_some()
+    }
+
+    /// The line errors about the whole listener name: its `listener` (or `port`/
+    /// `bind_address`) line, else the first key that configured it.
+    pub fn anchor(&self) -> &Line {
+        self.line
+            .as_ref()
+            .or(self.first_option.as_ref())
+            .or(self.security.first.as_ref())
+            .expect("a configured listener has a line")
     }
 
     /// Applies a listener key; `Ok(false)` when `line` is not one.
@@ -263,14 +284,10 @@ impl ListenerDraft {
         per_listener: bool,
         warnings: &mut Vec<Warning>,
     ) -> Result<ListenerConfig, MosquittoError> {
-        let anchor = self
-            .line
-            .clone()
-            .or_else(|| self.first_option.clone())
-            .expect("a translated listener has a line");
-        let bind = self.bind_address(&anchor, warnings)?;
+        let anchor = self.anchor();
+        let bind = self.bind_address(anchor, warnings)?;
         let mut listener = ListenerConfig::tcp(bind);
-        listener.transport = self.transport(&anchor)?;
+        listener.transport = self.transport(anchor)?;
         listener.max_connections = self.max_connections;
         listener.cert_file = self.certfile.clone();
         listener.key_file = self.keyfile.clone();
@@ -425,14 +442,7 @@ pub(super) fn shared_protocol_limits(
         for draft in drafts {
             let (other, line) = match get(draft) {
                 Some((other, line)) => (*other, line),
-                None => (
-                    default,
-                    draft
-                        .line
-                        .as_ref()
-                        .or(draft.first_option.as_ref())
-                        .expect("a listener has a line"),
-                ),
+                None => (default, draft.anchor()),
             };
             if other != value {
                 return Err(line.error(format!(

@@ -89,6 +89,7 @@ struct Translator {
     bridges: Vec<(BridgeConfig, Line)>,
     persistence: bool,
     persistence_location: Option<PathBuf>,
+    persistence_location_line: Option<Line>,
     log_types: Vec<String>,
     log_dest_none: bool,
 }
@@ -106,6 +107,7 @@ pub(super) fn translate(lines: &[Line], origin: &str) -> Result<Translation, Mos
         bridges: Vec::new(),
         persistence: false,
         persistence_location: None,
+        persistence_location_line: None,
         log_types: Vec::new(),
         log_dest_none: false,
     };
@@ -293,7 +295,10 @@ impl Translator {
     fn storage_or_log(&mut self, line: &Line) -> Result<bool, MosquittoError> {
         match line.key.as_str() {
             "persistence" | "retained_persistence" => self.persistence = line.boolean()?,
-            "persistence_location" => self.persistence_location = Some(path_value(line.string()?)),
+            "persistence_location" => {
+                self.persistence_location = Some(path_value(line.string()?));
+                self.persistence_location_line = Some(line.clone());
+            }
             "log_type" => {
                 let kind = line.word()?;
                 const TYPES: &[&str] = &[
@@ -360,6 +365,9 @@ impl Translator {
                 .take()
                 .unwrap_or_else(|| PathBuf::from("."));
             self.config.storage.dir = Some(dir);
+        } else if let Some(line) = &self.persistence_location_line {
+            let reason = "persistence is not on (as in Mosquitto, the location is not used)";
+            self.warnings.push(warning(line, reason));
         }
         for (bridge, line) in &self.bridges {
             bridge.validate().map_err(|message| line.error(message))?;
@@ -384,7 +392,7 @@ impl Translator {
             drafts.push(std::mem::take(&mut self.default_listener));
         } else if let Some(line) = &self.default_listener.security.first {
             return Err(line.error(
-                "with per_listener_settings true this applies to the default listener, which is not configured (no port): move it below a `listener` line",
+                "with per_listener_settings true this applies to the default listener, which is not configured (no port or listener key before the first `listener` line): move it below a `listener` line",
             ));
         }
         drafts.append(&mut self.listeners);
@@ -416,6 +424,11 @@ impl Translator {
         }
         if let Some(aliases) = limits.max_topic_alias {
             self.config.broker.topic_alias_maximum = aliases;
+        }
+        let psk_listener = self.config.listeners.iter().any(|l| l.psk_file.is_some());
+        if let (false, Some(line)) = (psk_listener, &shared.psk_file_line) {
+            let reason = "no listener has psk_hint (as in Mosquitto, the file is not used)";
+            self.warnings.push(warning(line, reason));
         }
         self.apply_security(&shared, false);
         Ok(())
@@ -474,11 +487,7 @@ fn shared_security(drafts: &[ListenerDraft]) -> Result<Security, MosquittoError>
         for (key, a, b) in pairs {
             let same = a.as_ref().map(|(p, _)| p) == b.as_ref().map(|(p, _)| p);
             if !same {
-                let line = b
-                    .as_ref()
-                    .map(|(_, l)| l)
-                    .or(draft.line.as_ref())
-                    .expect("a listener has a line");
+                let line = b.as_ref().map_or(draft.anchor(), |(_, l)| l);
                 return Err(line.error(format!(
                     "per_listener_settings true with a {key} that differs between listeners: Hayate has one {key} for all listeners"
                 )));
