@@ -972,3 +972,61 @@ async fn psk_listener_serves_mosquitto_pub() {
     );
     server.shutdown().await;
 }
+
+/// A Mosquitto certificate listener (`certfile`/`keyfile`, `tls_version tlsv1.2`) served to
+/// the real `mosquitto_pub`; the message reaches a subscriber on a plain listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_listener_serves_mosquitto_pub() {
+    if std::process::Command::new("mosquitto_pub")
+        .arg("--help")
+        .output()
+        .is_err()
+    {
+        eprintln!("note: mosquitto_pub not installed, test skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let (plain, tls) = (hayate_testkit::free_port(), hayate_testkit::free_port());
+    let text = format!(
+        "sys_interval 0\nallow_anonymous true\nlistener {plain} 127.0.0.1\n\
+         listener {tls} 127.0.0.1\ncertfile {}\nkeyfile {}\ntls_version tlsv1.2\n",
+        cert_file.display(),
+        key_file.display()
+    );
+    let server = serve(&text).await;
+    let version = hayate_codec::ProtocolVersion::V5;
+    let mut watcher =
+        hayate_testkit::RawClient::connect_tcp(addr(&format!("127.0.0.1:{plain}")), version).await;
+    let connect = hayate_testkit::connect_packet(version, "watcher", true);
+    assert_eq!(watcher.connect(connect).await.reason_code.0, 0);
+    assert_eq!(
+        watcher
+            .subscribe("tls/#", hayate_codec::QoS::AtLeastOnce, 1)
+            .await,
+        [1]
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        let port = tls.to_string();
+        std::process::Command::new("mosquitto_pub")
+            .args(["-h", "localhost", "-p", &port, "--cafile"])
+            .arg(&cert_file)
+            .args(["-q", "1", "-t", "tls/hello", "-m", "over tls"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let message = watcher.recv_publish().await;
+    assert_eq!(message.topic.as_str(), "tls/hello");
+    assert_eq!(&message.payload[..], b"over tls");
+    server.shutdown().await;
+}
