@@ -242,6 +242,18 @@ fn global_security_settings() {
     );
     err("allow_anonymous yes\n", 1, "allow_anonymous");
     err("password_file\n", 1, "password_file");
+    // A file given twice in one section is refused, as Mosquitto does.
+    err(
+        "password_file /p\nlistener 1883 127.0.0.1\npassword_file /q\n",
+        3,
+        "password_file",
+    );
+    err(
+        "listener 8883 0.0.0.0\ncertfile /a\ncertfile /b\n",
+        3,
+        "certfile",
+    );
+    ok("listener 8883 0.0.0.0\ncertfile /a\nkeyfile /k\nlistener 8884 0.0.0.0\ncertfile /a\nkeyfile /k\n");
 }
 
 #[test]

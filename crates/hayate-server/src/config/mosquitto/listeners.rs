@@ -50,10 +50,15 @@ impl Security {
         match line.key.as_str() {
             "allow_anonymous" => self.allow_anonymous = Some(line.boolean()?),
             "password_file" => {
+                once(line, self.password_file.is_some())?;
                 self.password_file = Some((path_value(line.string()?), line.clone()))
             }
-            "acl_file" => self.acl_file = Some((path_value(line.string()?), line.clone())),
+            "acl_file" => {
+                once(line, self.acl_file.is_some())?;
+                self.acl_file = Some((path_value(line.string()?), line.clone()))
+            }
             "psk_file" => {
+                once(line, self.psk_file.is_some())?;
                 self.psk_file = Some(path_value(line.string()?));
                 self.psk_file_line = Some(line.clone());
             }
@@ -249,12 +254,24 @@ impl ListenerDraft {
                 let value = line.integer_in(0, u16::MAX.into())? as u16;
                 self.max_topic_alias = Some((value, line.clone()));
             }
-            "cafile" => self.cafile = Some(path_value(line.string()?)),
-            "certfile" => self.certfile = Some(path_value(line.string()?)),
-            "keyfile" => self.keyfile = Some(path_value(line.string()?)),
+            "cafile" => {
+                once(line, self.cafile.is_some())?;
+                self.cafile = Some(path_value(line.string()?))
+            }
+            "certfile" => {
+                once(line, self.certfile.is_some())?;
+                self.certfile = Some(path_value(line.string()?))
+            }
+            "keyfile" => {
+                once(line, self.keyfile.is_some())?;
+                self.keyfile = Some(path_value(line.string()?))
+            }
             "require_certificate" => self.require_certificate = line.boolean()?,
             "use_identity_as_username" => self.use_identity_as_username = line.boolean()?,
-            "psk_hint" => self.psk_hint = Some(line.string()?.to_string()),
+            "psk_hint" => {
+                once(line, self.psk_hint.is_some())?;
+                self.psk_hint = Some(line.string()?.to_string())
+            }
             "ciphers" => {
                 line.string()?;
                 self.ciphers = Some(line.clone());
@@ -456,6 +473,14 @@ pub(super) fn shared_protocol_limits(
         max_qos: shared(drafts, |d| &d.max_qos, 2)?,
         max_topic_alias: shared(drafts, |d| &d.max_topic_alias, 10)?,
     })
+}
+
+/// A file or name given twice in one section: Mosquitto refuses it rather than keep either.
+fn once(line: &Line, already: bool) -> Result<(), MosquittoError> {
+    if already {
+        return Err(line.error("given twice in this section (Mosquitto refuses a duplicate too)"));
+    }
+    Ok(())
 }
 
 fn parse_port(line: &Line, word: &str) -> Result<u16, MosquittoError> {
