@@ -1,8 +1,9 @@
 //! The configuration file (TOML). Every table and key is documented in `hayate.toml` at the
 //! repository root, which a test loads so it cannot drift. Unknown keys are errors that name
-//! the key.
+//! the key. A Mosquitto `mosquitto.conf` is accepted too ([`mosquitto`]).
 
 pub mod listener;
+pub mod mosquitto;
 
 pub use listener::{ListenerConfig, TransportKind};
 
@@ -29,6 +30,31 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Durable storage (`[storage]`).
     pub storage: StoreConfig,
+    /// Bridges to other brokers (`[[bridge]]`, Mosquitto's `connection` sections): parsed
+    /// and validated, not run yet ([`Config::ensure_runnable`] refuses them).
+    #[serde(rename = "bridge")]
+    pub bridges: Vec<mosquitto::BridgeConfig>,
+}
+
+/// Which syntax a configuration file is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigFormat {
+    /// Hayate's TOML.
+    Toml,
+    /// Mosquitto's `mosquitto.conf` format.
+    Mosquitto,
+}
+
+/// A loaded file: the configuration, its format, and for a Mosquitto file the keys that have
+/// no effect in Hayate (all in one line).
+#[derive(Debug)]
+pub struct Loaded {
+    /// The configuration (validated).
+    pub config: Config,
+    /// The file's format.
+    pub format: ConfigFormat,
+    /// Keys accepted without effect, in one line (`None`: none).
+    pub warnings: Option<String>,
 }
 
 /// Durable storage (`[storage]`; `docs/design/persistence.md`).
@@ -188,6 +214,12 @@ pub enum ConfigError {
     /// `[storage]` asks for something not available.
     #[error("{0}")]
     Storage(String),
+    /// A Mosquitto file could not be translated (the message names file, line and key).
+    #[error(transparent)]
+    Mosquitto(#[from] mosquitto::MosquittoError),
+    /// The configuration is valid but asks for something the broker cannot run yet.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl Config {
@@ -201,13 +233,49 @@ impl Config {
         Ok(config)
     }
 
-    /// Reads and parses a file.
+    /// Reads and parses a file, TOML or Mosquitto (see [`Config::load_file`]); the warnings
+    /// of a Mosquitto file are logged.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let loaded = Config::load_file(path)?;
+        if let Some(warnings) = &loaded.warnings {
+            tracing::warn!(file = %path.display(), "{warnings}");
+        }
+        Ok(loaded.config)
+    }
+
+    /// Reads and parses a file: Mosquitto's format for a `.conf` file or (unless it ends in
+    /// `.toml`) a file whose first setting reads `key value`, else TOML.
+    pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Config::from_toml(&text, &path.display().to_string())
+        if !mosquitto::is_mosquitto_file(path, &text) {
+            return Ok(Loaded {
+                config: Config::from_toml(&text, &path.display().to_string())?,
+                format: ConfigFormat::Toml,
+                warnings: None,
+            });
+        }
+        let translation = mosquitto::from_text(&text, &path.display().to_string())?;
+        Ok(Loaded {
+            warnings: translation.warning_line(),
+            config: translation.config,
+            format: ConfigFormat::Mosquitto,
+        })
+    }
+
+    /// Refuses what validates but cannot run yet (bridges), naming it.
+    pub fn ensure_runnable(&self) -> Result<(), ConfigError> {
+        if self.bridges.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = self.bridges.iter().map(|b| b.name.as_str()).collect();
+        Err(ConfigError::Unsupported(format!(
+            "bridges are not supported yet (configured: {}): Hayate cannot run them; \
+             `hayate config check` accepts the file, `hayate serve` does not",
+            names.join(", ")
+        )))
     }
 
     /// Checks values serde cannot.

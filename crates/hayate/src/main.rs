@@ -3,10 +3,10 @@
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use hayate_server::config::Durability;
+use hayate_server::config::{mosquitto, ConfigFormat, Durability};
 use hayate_server::{Config, Server};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Hayate: an MQTT 3.1 / 3.1.1 / 5.0 broker.
 #[derive(Debug, Parser)]
@@ -27,11 +27,32 @@ enum Command {
     /// FILE USER` prompts, `-b FILE USER PASS` takes it from the command line, `-D` deletes,
     /// `-U` hashes a plain-text file, `--argon2id` writes argon2id instead of $7$.
     Passwd(hayate_auth::PasswdArgs),
+    /// Check a configuration file, or convert a mosquitto.conf to hayate.toml.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file (Hayate TOML or mosquitto.conf) without starting the
+    /// broker, reading the password, ACL and SCRAM files it names: exit code 0 when valid, 1
+    /// when not. Keys without effect are listed on stderr.
+    Check {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Print the hayate.toml equivalent to a mosquitto.conf on stdout; keys without effect
+    /// are listed on stderr.
+    Convert {
+        /// The Mosquitto file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Configuration file (TOML); see hayate.toml in the repository for every key.
+    /// Configuration file: Hayate TOML (see hayate.toml in the repository for every key) or a
+    /// mosquitto.conf (recognised by its .conf extension or its syntax; docs/MOSQUITTO-CONF.md).
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address to listen on for MQTT over TCP (repeatable); replaces the configured listeners.
@@ -68,7 +89,58 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(*args),
         Command::Passwd(args) => hayate_auth::run_passwd(args).context("hayate passwd"),
+        Command::Config(command) => config_command(command),
     }
+}
+
+fn config_command(command: ConfigCommand) -> anyhow::Result<()> {
+    match command {
+        ConfigCommand::Check { file } => config_check(&file),
+        ConfigCommand::Convert { file } => config_convert(&file),
+    }
+}
+
+/// `hayate config check`: exit code 0 when the file (and the auth files it names) loads, 1
+/// (the error returned from main) when not.
+fn config_check(file: &Path) -> anyhow::Result<()> {
+    let loaded = Config::load_file(file)?;
+    // Read the password, ACL and SCRAM files and the JWT key, as `serve` does at start.
+    loaded
+        .config
+        .auth
+        .prepare()
+        .with_context(|| format!("{}: [auth]", file.display()))?;
+    if let Some(warnings) = &loaded.warnings {
+        eprintln!("warning: {warnings}");
+    }
+    let format = match loaded.format {
+        ConfigFormat::Toml => "Hayate TOML",
+        ConfigFormat::Mosquitto => "Mosquitto",
+    };
+    println!("{}: valid ({format})", file.display());
+    if let Err(error) = loaded.config.ensure_runnable() {
+        eprintln!("note: {error}");
+    }
+    Ok(())
+}
+
+/// `hayate config convert`: the TOML on stdout, the keys without effect on stderr.
+fn config_convert(file: &Path) -> anyhow::Result<()> {
+    let loaded = Config::load_file(file)?;
+    if loaded.format == ConfigFormat::Toml {
+        anyhow::bail!("{} is Hayate TOML already", file.display());
+    }
+    if let Some(warnings) = &loaded.warnings {
+        eprintln!("warning: {warnings}");
+    }
+    let header = format!(
+        "Converted from {} by `hayate config convert` (hayate {}).\n\
+         Only the keys that differ from Hayate's defaults are written; see hayate.toml.",
+        file.display(),
+        env!("CARGO_PKG_VERSION")
+    );
+    print!("{}", mosquitto::to_toml(&loaded.config, &header));
+    Ok(())
 }
 
 fn bench(args: hayate_bench::BenchArgs) -> anyhow::Result<()> {
@@ -98,9 +170,12 @@ fn bench(args: hayate_bench::BenchArgs) -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+    let (mut config, warnings) = match &args.config {
+        Some(path) => {
+            let loaded = Config::load_file(path)?;
+            (loaded.config, loaded.warnings)
+        }
+        None => (Config::default(), None),
     };
     if !args.listen.is_empty() {
         config.server.listen = args.listen.clone();
@@ -122,7 +197,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
     }
     config.validate()?;
+    config.ensure_runnable()?;
     init_logging(&config.server.log_level)?;
+    if let Some(warnings) = warnings {
+        tracing::warn!("{warnings}");
+    }
     // Read the password, ACL and SCRAM files and the JWT key now: a broker that cannot
     // check who connects does not start.
     config.auth.prepare()?;
