@@ -183,6 +183,7 @@ fn storage(out: &mut String, config: &Config) {
         durability(d.durability),
     );
     diff!(table, s, d, sync_interval_ms);
+    diff!(table, s, d, min_free_mb);
     let corruption = |c: OnCorruption| {
         quote(match c {
             OnCorruption::Fail => "fail",
