@@ -292,6 +292,7 @@ impl Broker {
         attached
             .next_message_id
             .store(recovered.next_message_id.max(1), Ordering::Relaxed);
+        self.stats.restore_totals(&recovered.totals);
         let mut queues: HashMap<String, StoredQueue> = recovered
             .queues
             .into_iter()
@@ -470,6 +471,16 @@ impl Broker {
     }
 
     /// Appends `op` for a persisted session (called with its state locked).
+    /// Stores the lifetime counters as they stand (called every `$SYS` interval and at
+    /// shutdown; a crash loses what they counted since the last call). Nothing without a store.
+    pub fn persist_totals(&self) {
+        if let Some(attached) = self.attached() {
+            attached.store.append(StoreOp::PutTotals {
+                totals: self.stats.totals(),
+            });
+        }
+    }
+
     pub(crate) fn persist_for(&self, state: &SessionState, op: impl FnOnce() -> StoreOp) {
         if state.persisted {
             if let Some(attached) = self.attached() {

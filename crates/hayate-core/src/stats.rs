@@ -58,6 +58,50 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// The counters that count since the broker's data began, by name: kept across restarts
+    /// when a store is attached ([`crate::store::StoreOp::PutTotals`]). Gauges (clients
+    /// connected, retained messages, subscriptions) are not among them: they are counted
+    /// again from what is restored.
+    fn lifetime(&self) -> [(&'static str, &AtomicU64); 17] {
+        [
+            ("connections_total", &self.connections_total),
+            ("publish_received", &self.publish_received),
+            ("publish_sent", &self.publish_sent),
+            ("publish_dropped", &self.publish_dropped),
+            ("messages_received", &self.messages_received),
+            ("messages_sent", &self.messages_sent),
+            ("bytes_received", &self.bytes_received),
+            ("bytes_sent", &self.bytes_sent),
+            ("auth_failed", &self.auth_failed),
+            ("auth_throttled", &self.auth_throttled),
+            ("denied_publish", &self.denied_publish),
+            ("denied_subscribe", &self.denied_subscribe),
+            ("denied_delivery", &self.denied_delivery),
+            ("backpressure_pauses", &self.backpressure_pauses),
+            ("backpressure_stalls", &self.backpressure_stalls),
+            ("arrival_catch_up", &self.arrival_catch_up),
+            ("store_refused", &self.store_refused),
+        ]
+    }
+
+    /// The lifetime counters' current values, by name.
+    pub fn totals(&self) -> Vec<(String, u64)> {
+        self.lifetime()
+            .iter()
+            .map(|(name, counter)| ((*name).to_string(), Self::get(counter)))
+            .collect()
+    }
+
+    /// Adds stored totals (from before a restart) to the lifetime counters; unknown names
+    /// are ignored.
+    pub fn restore_totals(&self, totals: &[(String, u64)]) {
+        for (name, value) in totals {
+            if let Some((_, counter)) = self.lifetime().iter().find(|(n, _)| n == name) {
+                Self::add(counter, *value);
+            }
+        }
+    }
+
     /// Adds to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         if n > 0 {

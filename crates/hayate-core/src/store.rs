@@ -100,6 +100,12 @@ pub enum StoreOp {
         /// Awaiting PUBREL.
         awaiting: bool,
     },
+    /// The broker's lifetime counters as they stand ([`crate::Stats::totals`]), replacing the
+    /// stored ones; given back at start, so that `$SYS` totals count across restarts.
+    PutTotals {
+        /// Counter name and value.
+        totals: Vec<(String, u64)>,
+    },
 }
 
 /// A stored message body.
@@ -251,6 +257,8 @@ pub struct Recovered {
     pub queues: Vec<StoredQueue>,
     /// The first message id not used in the store.
     pub next_message_id: u64,
+    /// The lifetime counters last stored ([`StoreOp::PutTotals`]).
+    pub totals: Vec<(String, u64)>,
 }
 
 /// Durable storage as the core uses it. See the module docs.

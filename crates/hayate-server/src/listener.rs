@@ -120,6 +120,7 @@ impl ServerHandle {
         let _ = self.shutdown.send(true);
         while self.tasks.join_next().await.is_some() {}
         if let Some(store) = self.store.take() {
+            self.broker.persist_totals();
             // Writes what is queued and fsyncs; blocking, so off the runtime's workers.
             let _ = tokio::task::spawn_blocking(move || store.close()).await;
         }

@@ -141,6 +141,8 @@ pub(crate) async fn sys_loop(
         }
         if let Some(store) = &store {
             publish_store(store, &publish, Stats::get(&stats.store_refused));
+            // The lifetime counters survive a restart (a crash loses one interval of them).
+            broker.persist_totals();
         }
         for (load, source) in loads.iter_mut() {
             load.update(Stats::get(source), interval);

@@ -53,3 +53,37 @@ async fn the_store_reports_its_queue_and_fsyncs_in_sys() {
     }
     panic!("the store never reported 5 queued messages and an fsync: {seen:?}");
 }
+
+/// The lifetime counters are stored at a clean stop and continue after a restart on the same
+/// data directory (`$SYS` totals count across restarts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifetime_counters_continue_across_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = |path: std::path::PathBuf| {
+        TestBroker::start_with(move |c| {
+            c.storage.dir = Some(path);
+        })
+    };
+    let v = ProtocolVersion::V311;
+    let broker = start(dir.path().to_path_buf()).await;
+    let mut publisher = RawClient::connect_tcp(broker.addr, v).await;
+    publisher
+        .connect(connect_packet(v, "publisher", true))
+        .await;
+    for n in 1..=7u16 {
+        publisher
+            .publish("t/x", b"m", QoS::AtLeastOnce, false, n)
+            .await;
+    }
+    drop(publisher);
+    let stats = &broker.handle.broker.stats;
+    assert_eq!(hayate_core::Stats::get(&stats.publish_received), 7);
+    broker.handle.shutdown().await;
+
+    let broker = start(dir.path().to_path_buf()).await;
+    let stats = &broker.handle.broker.stats;
+    assert_eq!(hayate_core::Stats::get(&stats.publish_received), 7);
+    assert_eq!(hayate_core::Stats::get(&stats.connections_total), 1);
+    assert_eq!(hayate_core::Stats::get(&stats.clients_connected), 0);
+    broker.handle.shutdown().await;
+}

@@ -213,6 +213,7 @@ impl Engine {
                 "store_state_without_session"
             );
         }
+        recovered.totals = self.counts.totals()?;
         recovered.next_message_id = match self.msg.last_key_value() {
             Some(last) => record::read_message_key(&last.key()?)? + 1,
             None => 1,
@@ -444,6 +445,11 @@ impl Engine {
                     pending.rel.insert(key, None);
                 } else {
                     self.remove_entry(pending, &key)?;
+                }
+            }
+            StoreOp::PutTotals { totals } => {
+                for (name, value) in totals {
+                    self.counts.put_total(&mut pending.counts, name, *value);
                 }
             }
             StoreOp::InboundQos2 {

@@ -13,7 +13,7 @@
 //! | `msg` | message id (u64) | as `retained` |
 //! | `msgref` | message id (u64) | version, entries in `queue` referring to it (u64; only when more than one: a body without a count has one) |
 //! | `qmeta` | client id length (u16), client id | version, entries in `queue` (u64), lowest seq bound (u64), highest seq bound (u64) |
-//! | `meta` | `bodies` or `layout` | version, bodies in `msg` (u64) or the layout of these keyspaces (u64; 2) |
+//! | `meta` | `bodies`, `layout` or `total/NAME` | version, then bodies in `msg` (u64), the layout of these keyspaces (u64; 2), or the broker's lifetime counter NAME (u64) |
 
 use crate::engine::QueueMeta;
 use bytes::Bytes;

@@ -99,6 +99,7 @@ fn sorted(mut recovered: Recovered) -> Recovered {
     recovered
         .queues
         .sort_by(|a, b| a.client_id.cmp(&b.client_id));
+    recovered.totals.sort();
     recovered
 }
 
@@ -217,6 +218,7 @@ fn every_op_kind_round_trips() {
         ],
         queues: vec![],
         next_message_id: 1,
+        totals: vec![],
     };
     assert_eq!(recovered, expected);
     // A second open changes nothing; a third sees the deletes of the second.
@@ -415,6 +417,7 @@ struct Model {
     queue: BTreeMap<(String, u64), QueueEntry>,
     rel: BTreeMap<(String, u64), ()>,
     inq2: BTreeMap<(String, u16), ()>,
+    totals: Vec<(String, u64)>,
 }
 
 impl Model {
@@ -468,6 +471,7 @@ impl Model {
                     self.queue.remove(&key);
                 }
             }
+            StoreOp::PutTotals { totals } => self.totals = totals.clone(),
             StoreOp::InboundQos2 {
                 client_id,
                 packet_id,
@@ -558,6 +562,11 @@ impl Model {
         Recovered {
             queues,
             next_message_id: 0,
+            totals: {
+                let mut totals = self.totals.clone();
+                totals.sort();
+                totals
+            },
             retained: self
                 .retained
                 .iter()
@@ -629,6 +638,12 @@ fn op_strategy() -> impl Strategy<Value = StoreOp> {
                 seq,
                 released,
             }
+        }),
+        (0u64..1_000).prop_map(|v| StoreOp::PutTotals {
+            totals: vec![
+                ("publish_received".into(), v),
+                ("bytes_sent".into(), v * 10)
+            ],
         }),
         (client, 1u16..4, any::<bool>()).prop_map(|(c, packet_id, awaiting)| {
             StoreOp::InboundQos2 {

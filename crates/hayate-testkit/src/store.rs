@@ -154,6 +154,7 @@ pub struct Held {
     rel: BTreeSet<(String, u64)>,
     inq2: BTreeSet<(String, u16)>,
     next_message_id: u64,
+    totals: Vec<(String, u64)>,
 }
 
 /// What a store holds after `ops`.
@@ -166,6 +167,7 @@ pub fn state(ops: &[StoreOp]) -> Held {
         mut rel,
         mut inq2,
         mut next_message_id,
+        mut totals,
     } = Held {
         next_message_id: 1,
         ..Held::default()
@@ -249,6 +251,7 @@ pub fn state(ops: &[StoreOp]) -> Held {
                     inq2.remove(&(client_id, packet_id));
                 }
             }
+            StoreOp::PutTotals { totals: now } => totals = now,
         }
     }
     Held {
@@ -259,6 +262,7 @@ pub fn state(ops: &[StoreOp]) -> Held {
         rel,
         inq2,
         next_message_id,
+        totals,
     }
 }
 
@@ -273,6 +277,7 @@ pub fn fold(ops: &[StoreOp]) -> Recovered {
         rel,
         inq2,
         next_message_id,
+        totals,
     } = state(ops);
     let queues = sessions
         .keys()
@@ -316,5 +321,6 @@ pub fn fold(ops: &[StoreOp]) -> Recovered {
             .collect(),
         queues,
         next_message_id,
+        totals,
     }
 }

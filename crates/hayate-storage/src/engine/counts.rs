@@ -21,6 +21,8 @@ const QUEUES_CACHED: usize = 10_000;
 
 /// The `meta` key holding the number of stored bodies.
 pub(super) const BODIES_KEY: &[u8] = b"bodies";
+/// The prefix of the `meta` keys holding the broker's lifetime counters (`total/NAME`).
+const TOTAL_PREFIX: &[u8] = b"total/";
 /// The `meta` key holding the layout version of the keyspaces.
 pub(super) const LAYOUT_KEY: &[u8] = b"layout";
 /// Layout 2: the counts of this module exist. Stores written before them (no `layout` key)
@@ -117,6 +119,24 @@ impl Counts {
         }
         self.queued = queued;
         Ok(())
+    }
+
+    /// Stores lifetime counter `name` (replacing its value).
+    pub fn put_total(&self, pending: &mut PendingCounts, name: &str, value: u64) {
+        let key = [TOTAL_PREFIX, name.as_bytes()].concat();
+        pending.meta.insert(key, Some(record::count_value(value)));
+    }
+
+    /// The lifetime counters stored (at open).
+    pub fn totals(&self) -> Result<Vec<(String, u64)>, super::ReadError> {
+        let mut totals = Vec::new();
+        for item in self.meta.prefix(TOTAL_PREFIX) {
+            let (key, value) = item.into_inner()?;
+            let name = std::str::from_utf8(&key[TOTAL_PREFIX.len()..])
+                .map_err(|_| Unreadable("counter name"))?;
+            totals.push((name.to_string(), record::read_count(&value)?));
+        }
+        Ok(totals)
     }
 
     /// Every session's queue summary (at open).

@@ -6,6 +6,7 @@
 //! rate for as long as the disk is full. Those are folded: a retained op replaces the earlier
 //! one for its topic (the `retained` keyspace is touched by nothing else, so only the last op
 //! per topic matters), and the backlog holds at most one per topic however long the outage.
+//! The lifetime counters (`PutTotals`, every `$SYS` interval) fold the same way.
 
 use hayate_core::store::{StoreOp, Ticket};
 use std::collections::HashMap;
@@ -15,17 +16,22 @@ use std::collections::HashMap;
 pub(crate) struct Backlog {
     /// In append order; `None` where a later retained op for the same topic replaced one.
     ops: Vec<Option<StoreOp>>,
-    /// Topic → index in `ops` of its latest retained op.
-    retained: HashMap<String, usize>,
+    /// Fold key → index in `ops` of its latest op.
+    folded: HashMap<String, usize>,
     /// Ops held (`ops` without the replaced ones).
     live: usize,
     /// The ticket of the last op appended.
     last: Ticket,
 }
 
-fn retained_topic(op: &StoreOp) -> Option<&str> {
+/// The key under which later ops replace `op`: its topic for a retained op (prefixed so that
+/// no topic can collide with the counters' key), one key for the counters.
+fn fold_key(op: &StoreOp) -> Option<String> {
     match op {
-        StoreOp::PutRetained { topic, .. } | StoreOp::DeleteRetained { topic } => Some(topic),
+        StoreOp::PutRetained { topic, .. } | StoreOp::DeleteRetained { topic } => {
+            Some(format!("t{topic}"))
+        }
+        StoreOp::PutTotals { .. } => Some("c".to_string()),
         _ => None,
     }
 }
@@ -35,7 +41,7 @@ impl Backlog {
     pub(crate) fn new(ops: Vec<StoreOp>, last: Ticket) -> Backlog {
         let mut backlog = Backlog {
             ops: Vec::with_capacity(ops.len()),
-            retained: HashMap::new(),
+            folded: HashMap::new(),
             live: 0,
             last,
         };
@@ -46,9 +52,9 @@ impl Backlog {
     /// Appends `ops`, the last with ticket `last`, folding retained ops by topic.
     pub(crate) fn extend(&mut self, ops: Vec<StoreOp>, last: Ticket) {
         for op in ops {
-            if let Some(topic) = retained_topic(&op) {
+            if let Some(key) = fold_key(&op) {
                 let index = self.ops.len();
-                match self.retained.insert(topic.to_string(), index) {
+                match self.folded.insert(key, index) {
                     Some(earlier) => {
                         self.ops[earlier] = None;
                     }
@@ -68,10 +74,10 @@ impl Backlog {
     /// Drops the slots of replaced ops (amortised: when they outnumber the live ones).
     fn compact(&mut self) {
         self.ops.retain(Option::is_some);
-        self.retained.clear();
+        self.folded.clear();
         for (index, op) in self.ops.iter().enumerate() {
-            if let Some(topic) = op.as_ref().and_then(retained_topic) {
-                self.retained.insert(topic.to_string(), index);
+            if let Some(key) = op.as_ref().and_then(fold_key) {
+                self.folded.insert(key, index);
             }
         }
     }
