@@ -242,6 +242,7 @@ impl<'a> Link<'a> {
 
     /// One packet from the remote broker.
     fn on_remote(&mut self, packet: Packet, now: Instant) -> Result<(), BridgeError> {
+        tracing::trace!(bridge = %self.bridge.config.name, packet = ?packet.packet_type(), "bridge_remote_packet");
         match packet {
             Packet::Publish(publish) => self.on_remote_publish(publish, now),
             Packet::PubAck(ack) => self.local.handle(Packet::PubAck(ack), now),
@@ -416,6 +417,7 @@ impl<'a> Link<'a> {
             payload: publish.payload,
         };
         BridgeStats::add(&self.bridge.stats.messages_out, 1);
+        tracing::trace!(bridge = %self.bridge.config.name, topic = %remote_publish.topic, id = ?remote_publish.packet_id, dup = remote_publish.dup, "bridge_forward_out");
         self.remote.queue(&Packet::Publish(remote_publish))
     }
 

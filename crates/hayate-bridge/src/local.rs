@@ -37,6 +37,8 @@ pub(crate) struct Local {
     out: OutBuf,
     wake: WakeList,
     pending: BytesMut,
+    /// Packets decoded but not yet taken.
+    backlog: Vec<Packet>,
 }
 
 impl Local {
@@ -69,13 +71,17 @@ impl Local {
             out: OutBuf::new(),
             wake: WakeList::new(),
             pending: BytesMut::new(),
+            backlog: Vec::new(),
         };
-        let mut properties = Properties::default();
-        // The session outlives a link drop (capped by the broker's max_session_expiry_interval);
-        // with local_cleansession it ends when the bridge stops (see `close`).
-        properties.session_expiry_interval = Some(u32::MAX);
-        properties.receive_maximum = Some(receive_maximum.max(1));
-        properties.maximum_packet_size = max_packet_size;
+        let properties = Properties {
+            // The session outlives a link drop (capped by the broker's
+            // max_session_expiry_interval); with local_cleansession it ends when the bridge
+            // stops (see `close`).
+            session_expiry_interval: Some(u32::MAX),
+            receive_maximum: Some(receive_maximum.max(1)),
+            maximum_packet_size: max_packet_size,
+            ..Properties::default()
+        };
         let connect = Connect {
             protocol: ProtocolVersion::V5,
             clean_start,
@@ -90,7 +96,12 @@ impl Local {
             properties,
         };
         local.handle(Packet::Connect(Box::new(connect)), now)?;
-        match local.take_output()?.into_iter().next() {
+        let mut output = local.take_output()?.into_iter();
+        let connack = output.next();
+        // What follows CONNACK (messages in flight resent on resuming the session) is
+        // forwarded like the rest.
+        local.backlog.extend(output);
+        match connack {
             Some(Packet::ConnAck(connack)) if !connack.reason_code.is_error() => {}
             Some(Packet::ConnAck(connack)) => {
                 return Err(BridgeError::LocalRefused(connack.reason_code.0))
@@ -170,7 +181,7 @@ impl Local {
             let bytes = self.out.take_all();
             self.pending.extend_from_slice(&bytes);
         }
-        let mut packets = Vec::new();
+        let mut packets = std::mem::take(&mut self.backlog);
         while let Some(packet) = decode(&mut self.pending, ProtocolVersion::V5, u32::MAX)? {
             packets.push(packet);
         }
