@@ -94,6 +94,7 @@ impl Local {
                 .as_deref()
                 .map(|p| bytes::Bytes::copy_from_slice(p.as_bytes())),
             properties,
+            bridge: false,
         };
         local.handle(Packet::Connect(Box::new(connect)), now)?;
         let mut output = local.take_output()?.into_iter();

@@ -12,8 +12,6 @@ use tokio::net::TcpStream;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest packet accepted from the remote broker when the bridge sets no maximum.
 const DEFAULT_MAX_PACKET: u32 = 256 * 1024 * 1024;
-/// Mosquitto's bridge bit on the CONNECT protocol level (`try_private`).
-const BRIDGE_BIT: u8 = 0x80;
 
 /// The protocol version of `bridge_protocol_version`.
 pub fn protocol_version(protocol: BridgeProtocol) -> ProtocolVersion {
@@ -60,31 +58,9 @@ pub(crate) fn connect_packet(config: &BridgeConfig, client_id: &str) -> Connect 
             .as_deref()
             .map(|p| bytes::Bytes::copy_from_slice(p.as_bytes())),
         properties,
+        // Mosquitto's bridge bit (v3 only; a v5 bridge relies on No Local).
+        bridge: config.try_private && !version.is_v5(),
     }
-}
-
-/// Encodes CONNECT, with Mosquitto's bridge bit on the protocol level when `bridge_bit`.
-pub(crate) fn encode_connect(
-    connect: Connect,
-    bridge_bit: bool,
-    out: &mut BytesMut,
-) -> Result<(), BridgeError> {
-    let start = out.len();
-    encode(
-        &Packet::Connect(Box::new(connect)),
-        ProtocolVersion::V311,
-        out,
-    )?;
-    if bridge_bit {
-        // Fixed header (type byte, remaining length), then the protocol name (a 2-byte length
-        // and the name), then the level.
-        let (_, len_bytes) = hayate_codec::read_variable_int(&out[start + 1..])?
-            .ok_or_else(|| BridgeError::Protocol("CONNECT encoding".into()))?;
-        let name_at = start + 1 + len_bytes;
-        let name_len = usize::from(u16::from_be_bytes([out[name_at], out[name_at + 1]]));
-        out[name_at + 2 + name_len] |= BRIDGE_BIT;
-    }
-    Ok(())
 }
 
 impl Remote {
@@ -120,8 +96,7 @@ impl Remote {
             write_buf: BytesMut::new(),
             max_packet_size: config.max_packet_size.unwrap_or(DEFAULT_MAX_PACKET),
         };
-        let bridge_bit = config.try_private && !version.is_v5();
-        encode_connect(connect, bridge_bit, &mut remote.write_buf)?;
+        remote.queue(&Packet::Connect(Box::new(connect)))?;
         remote.flush().await?;
         loop {
             if let Some(packet) = remote.next_buffered()? {
@@ -199,25 +174,38 @@ impl Remote {
 mod tests {
     use super::*;
 
+    fn encoded(config: &BridgeConfig) -> BytesMut {
+        let mut out = BytesMut::new();
+        encode(
+            &Packet::Connect(Box::new(connect_packet(config, "id"))),
+            ProtocolVersion::V311,
+            &mut out,
+        )
+        .expect("encodes");
+        out
+    }
+
     #[test]
-    fn the_bridge_bit_is_set_on_the_protocol_level() {
+    fn the_bridge_bit_is_set_on_the_protocol_level_with_try_private() {
         let mut config = BridgeConfig::new("b");
         config.protocol_version = BridgeProtocol::Mqttv311;
-        let mut plain = BytesMut::new();
-        encode_connect(connect_packet(&config, "id"), false, &mut plain).expect("encodes");
-        let mut bridged = BytesMut::new();
-        encode_connect(connect_packet(&config, "id"), true, &mut bridged).expect("encodes");
+        let bridged = encoded(&config);
+        config.try_private = false;
+        let plain = encoded(&config);
         // 0x10, remaining length, 0x00 0x04 "MQTT", level.
         assert_eq!(&plain[2..8], b"\x00\x04MQTT");
         assert_eq!(plain[8], 4);
         assert_eq!(bridged[8], 0x84);
         assert_eq!(plain[9..], bridged[9..]);
 
+        config.try_private = true;
         config.protocol_version = BridgeProtocol::Mqttv31;
-        let mut v31 = BytesMut::new();
-        encode_connect(connect_packet(&config, "id"), true, &mut v31).expect("encodes");
+        let v31 = encoded(&config);
         assert_eq!(&v31[2..10], b"\x00\x06MQIsdp");
         assert_eq!(v31[10], 0x83);
+
+        config.protocol_version = BridgeProtocol::Mqttv50;
+        assert_eq!(encoded(&config)[8], 5, "no bridge bit on v5");
     }
 
     #[test]
