@@ -10,14 +10,14 @@ use hayate_testkit::{Received, TestBroker};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Hayate → Hayate, v5, `both` on one topic: one copy of each message on each side, no loop.
-#[tokio::test]
-async fn hayate_to_hayate_both_ways_v5_no_loop() {
+/// Hayate → Hayate, `both` on one topic: one copy of each message on each side, no loop
+/// (v5: No Local; v3: the bridge bit, which Hayate's listeners take).
+async fn hayate_to_hayate_both_ways(protocol: BridgeProtocol) {
     let remote = TestBroker::start().await;
     let config = bridge(
         "h2h",
         remote.addr.port(),
-        BridgeProtocol::Mqttv50,
+        protocol,
         vec![topic("chat/#", BridgeDirection::Both, 2, "", "")],
     );
     let local = hayate_with(config).await;
@@ -61,19 +61,104 @@ async fn hayate_to_hayate_both_ways_v5_no_loop() {
     }
 }
 
+#[tokio::test]
+async fn hayate_to_hayate_both_ways_v5_no_loop() {
+    hayate_to_hayate_both_ways(BridgeProtocol::Mqttv50).await;
+}
+
+#[tokio::test]
+async fn hayate_to_hayate_both_ways_v311_bridge_bit_no_loop() {
+    hayate_to_hayate_both_ways(BridgeProtocol::Mqttv311).await;
+}
+
+/// A Mosquitto bridge (v3.1.1, `try_private true`) connecting to Hayate, `both` on one topic:
+/// Hayate takes the bridge bit and does not send Mosquitto its own messages back.
+#[tokio::test]
+async fn mosquitto_bridging_to_hayate_with_the_bridge_bit_does_not_loop() {
+    let hayate = TestBroker::start().await;
+    let section = format!(
+        "connection to-hayate\naddress 127.0.0.1:{}\ntopic m/# both 1\n\
+         bridge_protocol_version mqttv311\ntry_private true\ncleansession true\n\
+         notifications false\nrestart_timeout 1\n",
+        hayate.addr.port()
+    );
+    let mosquitto = common::Mosquitto::start_with(false, &section);
+    let mut local_sub = hayate.client(ProtocolVersion::V5, "hayate-sub").await;
+    local_sub.subscribe("m/#", QoS::AtLeastOnce, 1).await;
+    let mut remote_sub = mosquitto
+        .client(ProtocolVersion::V311, "mosquitto-sub", true)
+        .await;
+    remote_sub.subscribe("m/#", QoS::AtLeastOnce, 1).await;
+    // Wait for Mosquitto's bridge: probe until a message crosses.
+    let mut remote_pub = mosquitto
+        .client(ProtocolVersion::V311, "mosquitto-pub", true)
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut probe = 100u16;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Mosquitto's bridge never connected"
+        );
+        probe += 1;
+        remote_pub
+            .publish("m/probe", b"probe", QoS::AtLeastOnce, false, probe)
+            .await;
+        if matches!(
+            local_sub.recv_timeout(Duration::from_millis(300)).await,
+            Received::Packet(Packet::Publish(_))
+        ) {
+            break;
+        }
+    }
+    drain(&mut local_sub, Duration::from_millis(500)).await;
+    drain(&mut remote_sub, Duration::from_millis(500)).await;
+
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "hayate-pub").await;
+    for i in 1..=5u16 {
+        local_pub
+            .publish(
+                "m/h",
+                format!("h{i}").as_bytes(),
+                QoS::AtLeastOnce,
+                false,
+                i,
+            )
+            .await;
+        remote_pub
+            .publish(
+                "m/q",
+                format!("q{i}").as_bytes(),
+                QoS::AtLeastOnce,
+                false,
+                i,
+            )
+            .await;
+    }
+    for (side, client) in [("hayate", &mut local_sub), ("mosquitto", &mut remote_sub)] {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for p in drain(client, Duration::from_millis(1500)).await {
+            *counts
+                .entry(String::from_utf8_lossy(&p.payload).into_owned())
+                .or_default() += 1;
+        }
+        counts.remove("probe");
+        assert_eq!(counts.len(), 10, "{side}: {counts:?}");
+        assert!(counts.values().all(|c| *c == 1), "{side}: {counts:?}");
+    }
+}
+
 /// The bridge's counters under `$SYS/broker/bridge/<name>/`, and its state topic going to "0"
 /// when the remote broker goes away; server shutdown stops the bridge promptly.
 #[tokio::test]
 async fn counters_state_and_shutdown() {
     let remote = TestBroker::start().await;
-    let mut config = bridge(
+    let config = bridge(
         "counted",
         remote.addr.port(),
         BridgeProtocol::Mqttv311,
         vec![topic("c/#", BridgeDirection::Out, 1, "", "")],
     );
-    // Hayate's listeners do not take the bridge bit.
-    config.try_private = false;
     let state = "$SYS/broker/connection/counted-remote/state";
     let local = TestBroker::start_with(|c| {
         c.server.sys_interval_secs = 1;

@@ -270,10 +270,10 @@ async fn v5_out_keeps_properties_retain_and_qos2() {
     }
 }
 
-/// The remote Mosquitto is stopped and started again while QoS 1 messages flow out: after the
-/// link comes back every message arrives (duplicates allowed, bounded by the in-flight
-/// window, and counted).
-async fn remote_restart_loses_nothing(protocol: BridgeProtocol) {
+/// The remote Mosquitto is stopped and started again while QoS 1 (or 2) messages flow out:
+/// after the link comes back every message arrives (QoS 1: duplicates allowed, bounded by the
+/// in-flight window, and counted; QoS 2: none, the flows resume where they were).
+async fn remote_restart_loses_nothing(protocol: BridgeProtocol, qos: QoS) {
     const N: u16 = 300;
     let mut mosquitto = Mosquitto::start(true);
     // A persistent subscriber on Mosquitto, offline while the messages flow: Mosquitto queues
@@ -333,7 +333,7 @@ async fn remote_restart_loses_nothing(protocol: BridgeProtocol) {
     let missing: Vec<u16> = (1..=N).filter(|n| !counts.contains_key(n)).collect();
     let duplicates: usize = counts.values().map(|c| c - 1).sum();
     eprintln!(
-        "{protocol:?}: received {} messages, {} distinct, {duplicates} duplicates",
+        "{protocol:?} {qos:?}: received {} messages, {} distinct, {duplicates} duplicates",
         received.len(),
         counts.len()
     );
@@ -346,10 +346,20 @@ async fn remote_restart_loses_nothing(protocol: BridgeProtocol) {
 
 #[tokio::test]
 async fn remote_restart_while_qos1_flows_loses_nothing_v311() {
-    remote_restart_loses_nothing(BridgeProtocol::Mqttv311).await;
+    remote_restart_loses_nothing(BridgeProtocol::Mqttv311, QoS::AtLeastOnce).await;
+}
+
+#[tokio::test]
+async fn remote_restart_while_qos2_flows_loses_and_repeats_nothing_v311() {
+    remote_restart_loses_nothing(BridgeProtocol::Mqttv311, QoS::ExactlyOnce).await;
+}
+
+#[tokio::test]
+async fn remote_restart_while_qos2_flows_loses_and_repeats_nothing_v5() {
+    remote_restart_loses_nothing(BridgeProtocol::Mqttv50, QoS::ExactlyOnce).await;
 }
 
 #[tokio::test]
 async fn remote_restart_while_qos1_flows_loses_nothing_v5() {
-    remote_restart_loses_nothing(BridgeProtocol::Mqttv50).await;
+    remote_restart_loses_nothing(BridgeProtocol::Mqttv50, QoS::AtLeastOnce).await;
 }

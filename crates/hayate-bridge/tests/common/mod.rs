@@ -25,6 +25,11 @@ impl Mosquitto {
     /// Mosquitto with an anonymous listener; with `persistence`, it saves its sessions and
     /// queued messages when stopped and reloads them when started again.
     pub fn start(persistence: bool) -> Mosquitto {
+        Mosquitto::start_with(persistence, "")
+    }
+
+    /// [`Mosquitto::start`] with more configuration lines (e.g. a bridge section) at the end.
+    pub fn start_with(persistence: bool, extra: &str) -> Mosquitto {
         assert!(
             Path::new(MOSQUITTO).exists(),
             "{MOSQUITTO} not found: these tests need the Mosquitto broker (apt-get install mosquitto)"
@@ -47,6 +52,7 @@ impl Mosquitto {
         } else {
             text.push_str("persistence false\n");
         }
+        text.push_str(extra);
         let conf = dir.path().join("mosquitto.conf");
         std::fs::write(&conf, text).expect("write config");
         let mut mosquitto = Mosquitto {
