@@ -29,6 +29,8 @@ const V3_IN_FLIGHT: u16 = 20;
 const V5_IN_FLIGHT_CAP: u16 = 100;
 /// The packet id of the bridge's remote SUBSCRIBE.
 const SUBSCRIBE_ID: u16 = 1;
+/// A remote broker that takes no bytes for this long is taken as gone.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How a link ended.
 pub(crate) enum LinkEnd {
@@ -174,7 +176,9 @@ impl<'a> Link<'a> {
         self.local.transmit(Instant::now())?;
         loop {
             self.forward_local_output()?;
-            self.remote.flush().await?;
+            tokio::time::timeout(WRITE_TIMEOUT, self.remote.flush())
+                .await
+                .map_err(|_| BridgeError::Timeout("the remote broker to read"))??;
             let now = Instant::now();
             if self.local.has_more_to_send() {
                 self.local.transmit(now)?;
