@@ -91,6 +91,9 @@ pub(crate) struct Bridge {
     pub q2_over_q1: HashSet<u16>,
     /// Inbound QoS 2 messages answered with PUBREC by the bridge itself, waiting for PUBREL.
     pub rel_direct: HashSet<u16>,
+    /// Inbound QoS 2 messages passed to the local session at QoS 2 whose PUBCOMP has not come
+    /// back: released locally if the remote session turns out to be new (see `Link::open`).
+    pub in_q2: HashSet<u16>,
 }
 
 impl Bridge {
@@ -184,6 +187,7 @@ pub fn spawn(
         first_local: true,
         q2_over_q1: HashSet::new(),
         rel_direct: HashSet::new(),
+        in_q2: HashSet::new(),
         config,
     };
     let name = bridge.config.name.clone();

@@ -48,6 +48,9 @@ pub(crate) struct Link<'a> {
     local: Local,
     /// Outgoing QoS 2 messages no rule maps, acknowledged locally by the bridge.
     dropped_q2: HashSet<u16>,
+    /// Inbound QoS 2 flows the bridge released locally itself (the remote session was new):
+    /// their PUBCOMP is not forwarded.
+    released: HashSet<u16>,
     last_input: tokio::time::Instant,
 }
 
@@ -101,10 +104,14 @@ impl<'a> Link<'a> {
         )
         .await?;
         let v5 = remote.version().is_v5();
+        let mut stale_q2 = HashSet::new();
         if !connack.session_present {
-            // A new remote session knows nothing of the QoS 2 flows the bridge answered.
+            // A new remote session knows nothing of the QoS 2 flows the bridge answered, and
+            // will not send the PUBRELs the local session waits for: those are released
+            // locally, or a new message reusing an id would be taken for a duplicate.
             bridge.rel_direct.clear();
             bridge.q2_over_q1.clear();
+            stale_q2 = std::mem::take(&mut bridge.in_q2);
         }
         let filters: Vec<(ByteStr, SubscriptionOptions)> = bridge
             .topics
@@ -144,7 +151,7 @@ impl<'a> Link<'a> {
                 .config
                 .local_cleansession
                 .unwrap_or(bridge.config.cleansession);
-        let local = Local::connect(
+        let mut local = Local::connect(
             &bridge.broker,
             &bridge.local,
             &bridge.topics,
@@ -154,11 +161,17 @@ impl<'a> Link<'a> {
             Instant::now(),
         )?;
         bridge.first_local = false;
+        for id in &stale_q2 {
+            if let Some(id) = PacketId::new(*id) {
+                local.handle(Packet::PubRel(PubResp::new(id)), Instant::now())?;
+            }
+        }
         Ok(Link {
             bridge,
             remote,
             local,
             dropped_q2: HashSet::new(),
+            released: stale_q2,
             last_input: tokio::time::Instant::now(),
         })
     }
@@ -319,6 +332,10 @@ impl<'a> Link<'a> {
                 self.bridge.q2_over_q1.insert(raw_id);
                 Ok(())
             }
+            (QoS::ExactlyOnce, QoS::ExactlyOnce) => {
+                self.bridge.in_q2.insert(raw_id);
+                Ok(())
+            }
             // Same QoS both sides: the local acknowledgements pass through.
             _ => Ok(()),
         }
@@ -374,7 +391,14 @@ impl<'a> Link<'a> {
                 }
             }
             Packet::PubRec(rec) => self.remote.queue(&Packet::PubRec(rec)),
-            Packet::PubComp(comp) => self.remote.queue(&Packet::PubComp(comp)),
+            Packet::PubComp(comp) => {
+                let id = comp.packet_id.get();
+                if self.released.remove(&id) {
+                    return Ok(());
+                }
+                self.bridge.in_q2.remove(&id);
+                self.remote.queue(&Packet::PubComp(comp))
+            }
             Packet::SubAck(suback) => {
                 self.log_refused_subscriptions("local", &suback.reason_codes);
                 Ok(())

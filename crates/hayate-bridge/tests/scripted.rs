@@ -1,0 +1,139 @@
+//! A remote peer scripted at the packet level, for an interleaving a real broker cannot be
+//! made to produce on demand: the link dropping between PUBREC and PUBREL of a QoS 2 message
+//! coming in, and the remote broker then starting a new session.
+
+mod common;
+
+use bytes::BytesMut;
+use common::{bridge, drain, topic};
+use hayate_bridge::config::{BridgeDirection, BridgeProtocol};
+use hayate_codec::{
+    decode, encode, ConnAck, Packet, PacketId, Properties, ProtocolVersion, PubResp, QoS,
+    ReasonCode, SubAck,
+};
+use hayate_testkit::{publish_packet, TestBroker};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const V5: ProtocolVersion = ProtocolVersion::V5;
+
+/// One accepted connection from the bridge, spoken to packet by packet.
+struct Peer {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Peer {
+    async fn accept(listener: &TcpListener) -> Peer {
+        let (stream, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .expect("the bridge connects")
+            .expect("accept");
+        Peer {
+            stream,
+            buf: BytesMut::new(),
+        }
+    }
+
+    async fn recv(&mut self) -> Packet {
+        loop {
+            if let Some(packet) = decode(&mut self.buf, V5, u32::MAX).expect("well-formed") {
+                if packet == Packet::PingReq {
+                    continue;
+                }
+                return packet;
+            }
+            let n =
+                tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf))
+                    .await
+                    .expect("a packet from the bridge")
+                    .expect("read");
+            assert!(n > 0, "the bridge closed the connection");
+        }
+    }
+
+    async fn send(&mut self, packet: Packet) {
+        let mut out = BytesMut::new();
+        encode(&packet, V5, &mut out).expect("encodes");
+        self.stream.write_all(&out).await.expect("write");
+    }
+
+    /// CONNECT → CONNACK (a new session), SUBSCRIBE → SUBACK.
+    async fn handshake(&mut self) {
+        assert!(matches!(self.recv().await, Packet::Connect(_)));
+        self.send(Packet::ConnAck(ConnAck {
+            session_present: false,
+            reason_code: ReasonCode::SUCCESS,
+            properties: Properties::default(),
+        }))
+        .await;
+        loop {
+            match self.recv().await {
+                Packet::Subscribe(subscribe) => {
+                    self.send(Packet::SubAck(SubAck {
+                        packet_id: subscribe.packet_id,
+                        reason_codes: vec![ReasonCode(2); subscribe.filters.len()],
+                        properties: Properties::default(),
+                    }))
+                    .await;
+                    return;
+                }
+                // The notification of the link state.
+                Packet::Publish(_) => {}
+                other => panic!("expected SUBSCRIBE, got {other:?}"),
+            }
+        }
+    }
+
+    async fn publish_qos2(&mut self, topic: &str, payload: &[u8], id: u16) {
+        let publish = publish_packet(topic, payload, QoS::ExactlyOnce, false, Some(id));
+        self.send(Packet::Publish(publish)).await;
+        match self.recv().await {
+            Packet::PubRec(rec) => assert_eq!(rec.packet_id.get(), id),
+            other => panic!("expected PUBREC, got {other:?}"),
+        }
+    }
+}
+
+/// The first link drops after PUBREC of message "a" (id 1); the remote broker comes back with
+/// a new session and sends message "b", reusing id 1. The local subscriber gets both: the
+/// bridge released "a"'s flow in its local session when it saw the remote session was new.
+#[tokio::test]
+async fn a_new_remote_session_does_not_make_a_reused_qos2_id_a_duplicate() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let mut config = bridge(
+        "scripted",
+        port,
+        BridgeProtocol::Mqttv50,
+        vec![topic("down/#", BridgeDirection::In, 2, "", "")],
+    );
+    config.cleansession = true;
+    config.notifications = false;
+    let local = TestBroker::start_with(|c| c.bridges.push(config)).await;
+    let mut sub = local.client(V5, "sub").await;
+    sub.subscribe("down/#", QoS::AtLeastOnce, 1).await;
+
+    let mut first = Peer::accept(&listener).await;
+    first.handshake().await;
+    first.publish_qos2("down/a", b"a", 1).await;
+    drop(first);
+
+    let mut second = Peer::accept(&listener).await;
+    second.handshake().await;
+    second.publish_qos2("down/b", b"b", 1).await;
+    let id = PacketId::new(1).expect("non-zero");
+    second.send(Packet::PubRel(PubResp::new(id))).await;
+    match second.recv().await {
+        Packet::PubComp(comp) => assert_eq!(comp.packet_id, id),
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
+
+    let payloads: Vec<Vec<u8>> = drain(&mut sub, Duration::from_millis(700))
+        .await
+        .iter()
+        .map(|p| p.payload.to_vec())
+        .collect();
+    assert_eq!(payloads, vec![b"a".to_vec(), b"b".to_vec()]);
+}
