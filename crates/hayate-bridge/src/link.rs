@@ -51,6 +51,8 @@ pub(crate) struct Link<'a> {
     /// Inbound QoS 2 flows the bridge released locally itself (the remote session was new):
     /// their PUBCOMP is not forwarded.
     released: HashSet<u16>,
+    /// The keep alive in use: the remote broker's Server Keep Alive (v5) or ours.
+    keep_alive: Duration,
     last_input: tokio::time::Instant,
 }
 
@@ -161,6 +163,12 @@ impl<'a> Link<'a> {
             Instant::now(),
         )?;
         bridge.first_local = false;
+        let keep_alive = Duration::from_secs(u64::from(
+            connack
+                .properties
+                .server_keep_alive
+                .unwrap_or(bridge.config.keepalive_interval_secs),
+        ));
         for id in &stale_q2 {
             if let Some(id) = PacketId::new(*id) {
                 local.handle(Packet::PubRel(PubResp::new(id)), Instant::now())?;
@@ -172,6 +180,7 @@ impl<'a> Link<'a> {
             local,
             dropped_q2: HashSet::new(),
             released: stale_q2,
+            keep_alive,
             last_input: tokio::time::Instant::now(),
         })
     }
@@ -179,7 +188,7 @@ impl<'a> Link<'a> {
     /// Passes packets both ways until an error or shutdown (`Ok`).
     async fn serve(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), BridgeError> {
         let doorbell = self.local.doorbell();
-        let keep_alive = Duration::from_secs(u64::from(self.bridge.config.keepalive_interval_secs));
+        let keep_alive = self.keep_alive;
         let mut ping = tokio::time::interval(if keep_alive.is_zero() {
             Duration::from_secs(24 * 3600)
         } else {

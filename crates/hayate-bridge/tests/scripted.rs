@@ -61,11 +61,16 @@ impl Peer {
 
     /// CONNECT → CONNACK (a new session), SUBSCRIBE → SUBACK.
     async fn handshake(&mut self) {
+        self.handshake_with(Properties::default()).await;
+    }
+
+    /// [`Peer::handshake`] with these CONNACK properties.
+    async fn handshake_with(&mut self, properties: Properties) {
         assert!(matches!(self.recv().await, Packet::Connect(_)));
         self.send(Packet::ConnAck(ConnAck {
             session_present: false,
             reason_code: ReasonCode::SUCCESS,
-            properties: Properties::default(),
+            properties,
         }))
         .await;
         loop {
@@ -136,4 +141,50 @@ async fn a_new_remote_session_does_not_make_a_reused_qos2_id_a_duplicate() {
         .map(|p| p.payload.to_vec())
         .collect();
     assert_eq!(payloads, vec![b"a".to_vec(), b"b".to_vec()]);
+}
+
+/// The bridge pings at the remote broker's Server Keep Alive (1 s here, 60 s configured), and
+/// a remote broker that answers nothing for 1.5 × keep alive is taken as gone: the bridge
+/// reconnects.
+#[tokio::test]
+async fn keep_alive_follows_the_server_and_a_silent_remote_is_dropped() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let mut config = bridge(
+        "silent",
+        port,
+        BridgeProtocol::Mqttv50,
+        vec![topic("down/#", BridgeDirection::In, 1, "", "")],
+    );
+    config.keepalive_interval_secs = 60;
+    config.notifications = false;
+    let _local = TestBroker::start_with(|c| c.bridges.push(config)).await;
+    let mut peer = Peer::accept(&listener).await;
+    peer.handshake_with(Properties {
+        server_keep_alive: Some(1),
+        ..Properties::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    // A PINGREQ comes within the server's keep alive (not the configured 60 s).
+    let mut buf = BytesMut::new();
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(3), peer.stream.read_buf(&mut buf))
+            .await
+            .expect("a PINGREQ within the server keep alive")
+            .expect("read");
+        assert!(n > 0, "closed before pinging");
+        if decode(&mut buf, V5, u32::MAX).expect("well-formed") == Some(Packet::PingReq) {
+            break;
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Unanswered: the bridge drops the link and connects again.
+    let mut again = Peer::accept(&listener).await;
+    assert!(matches!(again.recv().await, Packet::Connect(_)));
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
 }
