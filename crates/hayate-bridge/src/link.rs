@@ -9,7 +9,7 @@
 //! broker has acknowledged it, and the remote broker only once the local broker has.
 
 use crate::bridge::{Bridge, BridgeStats};
-use crate::local::Local;
+use crate::local::{Local, RemoteLimits};
 use crate::remote::Remote;
 use crate::BridgeError;
 use hayate_codec::{
@@ -158,8 +158,15 @@ impl<'a> Link<'a> {
             &bridge.local,
             &bridge.topics,
             clean_start,
-            in_flight,
-            connack.properties.maximum_packet_size,
+            RemoteLimits {
+                receive_maximum: in_flight,
+                max_packet_size: connack.properties.maximum_packet_size,
+                maximum_qos: connack
+                    .properties
+                    .maximum_qos
+                    .and_then(QoS::from_u8)
+                    .unwrap_or(QoS::ExactlyOnce),
+            },
             Instant::now(),
         )?;
         bridge.first_local = false;

@@ -10,7 +10,7 @@ use crate::mapping::TopicMap;
 use crate::BridgeError;
 use bytes::BytesMut;
 use hayate_codec::{
-    decode, ByteStr, Connect, Disconnect, Packet, PacketId, Properties, ProtocolVersion,
+    decode, ByteStr, Connect, Disconnect, Packet, PacketId, Properties, ProtocolVersion, QoS,
     ReasonCode, Subscribe, SubscriptionOptions,
 };
 use hayate_core::hooks::ListenerInfo;
@@ -41,22 +41,35 @@ pub(crate) struct Local {
     backlog: Vec<Packet>,
 }
 
+/// What the remote broker accepts, applied to the local session's deliveries to the bridge.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RemoteLimits {
+    /// How many QoS 1/2 messages may be in flight towards the remote broker.
+    pub receive_maximum: u16,
+    /// The local session drops messages larger than the remote broker takes.
+    pub max_packet_size: Option<u32>,
+    /// The remote broker's Maximum QoS: the local subscriptions ask for no more.
+    pub maximum_qos: QoS,
+}
+
 impl Local {
     /// Connects the bridge's local session. `clean_start` only on the bridge's first
     /// connection when `local_cleansession` is set; afterwards the session resumes, so what was
     /// in flight to the remote side is resent and what queued meanwhile is delivered.
-    /// `receive_maximum` bounds how many QoS 1/2 messages are in flight towards the remote
-    /// broker; `max_packet_size` makes the local session drop messages the remote broker would
-    /// refuse. Subscribes to every outgoing rule.
+    /// Subscribes to every outgoing rule, within the remote broker's `limits`.
     pub(crate) fn connect(
         broker: &Arc<Broker>,
         settings: &LocalSettings,
         topics: &TopicMap,
         clean_start: bool,
-        receive_maximum: u16,
-        max_packet_size: Option<u32>,
+        limits: RemoteLimits,
         now: Instant,
     ) -> Result<Local, BridgeError> {
+        let RemoteLimits {
+            receive_maximum,
+            max_packet_size,
+            maximum_qos,
+        } = limits;
         let info = ConnectionInfo {
             listener: Arc::new(ListenerInfo {
                 name: format!("bridge:{}", settings.bridge_name).into(),
@@ -117,7 +130,7 @@ impl Local {
             .outgoing()
             .map(|rule| {
                 let options = SubscriptionOptions {
-                    qos: rule.qos(),
+                    qos: rule.qos().min(maximum_qos),
                     no_local: true,
                     retain_as_published: true,
                     // Retained messages once, when the subscription is new.

@@ -188,3 +188,43 @@ async fn keep_alive_follows_the_server_and_a_silent_remote_is_dropped() {
         started.elapsed()
     );
 }
+
+/// A remote broker with Maximum QoS 0 (v5 CONNACK) gets a QoS 1 topic's messages at QoS 0:
+/// the bridge's local subscriptions ask for no more than the remote broker takes.
+#[tokio::test]
+async fn the_remote_maximum_qos_caps_what_goes_out() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let mut config = bridge(
+        "maxqos",
+        port,
+        BridgeProtocol::Mqttv50,
+        vec![topic("up/#", BridgeDirection::Out, 1, "", "")],
+    );
+    config.notifications = false;
+    let local = TestBroker::start_with(|c| c.bridges.push(config)).await;
+    let mut peer = Peer::accept(&listener).await;
+    assert!(matches!(peer.recv().await, Packet::Connect(_)));
+    peer.send(Packet::ConnAck(ConnAck {
+        session_present: false,
+        reason_code: ReasonCode::SUCCESS,
+        properties: Properties {
+            maximum_qos: Some(0),
+            ..Properties::default()
+        },
+    }))
+    .await;
+    // No `in` topic: no SUBSCRIBE comes. Let the local session subscribe first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut publisher = local.client(V5, "pub").await;
+    publisher
+        .publish("up/x", b"m", QoS::AtLeastOnce, false, 1)
+        .await;
+    match peer.recv().await {
+        Packet::Publish(publish) => {
+            assert_eq!(publish.topic.as_str(), "up/x");
+            assert_eq!(publish.qos, QoS::AtMostOnce);
+        }
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+}
