@@ -177,8 +177,12 @@ impl<'a> Link<'a> {
                 .unwrap_or(bridge.config.keepalive_interval_secs),
         ));
         for id in &stale_q2 {
-            if let Some(id) = PacketId::new(*id) {
-                local.handle(Packet::PubRel(PubResp::new(id)), Instant::now())?;
+            let Some(id) = PacketId::new(*id) else {
+                continue;
+            };
+            if let Err(error) = local.handle(Packet::PubRel(PubResp::new(id)), Instant::now()) {
+                local.close(false, Instant::now());
+                return Err(error);
             }
         }
         Ok(Link {

@@ -145,7 +145,10 @@ impl Local {
                 filters,
                 properties: Properties::default(),
             };
-            local.handle(Packet::Subscribe(subscribe), now)?;
+            if let Err(error) = local.handle(Packet::Subscribe(subscribe), now) {
+                local.close(false, now);
+                return Err(error);
+            }
         }
         Ok(local)
     }
