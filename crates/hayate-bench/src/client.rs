@@ -375,6 +375,7 @@ pub async fn connect(cfg: &ClientConfig, role: char, index: u64) -> Result<Conn,
                 .as_ref()
                 .map(|p| bytes::Bytes::copy_from_slice(p.as_bytes())),
             properties,
+            bridge: false,
         })));
         conn.flush().await.map_err(|e| classify_io(&e))?;
         match conn.recv(cfg.connect_timeout()).await? {

@@ -258,7 +258,10 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
     if name.as_ref() != b"MQTT" && name.as_ref() != b"MQIsdp" {
         return Err(DecodeError::InvalidProtocolName);
     }
-    let level = r.read_u8()?;
+    let raw_level = r.read_u8()?;
+    // Mosquitto's bridge bit on a v3 level (`try_private`).
+    let bridge = matches!(raw_level, 0x83 | 0x84);
+    let level = if bridge { raw_level & 0x7F } else { raw_level };
     let protocol = match (name.as_ref(), level) {
         (b"MQIsdp", 3) => ProtocolVersion::V31,
         (b"MQTT", 4) => ProtocolVersion::V311,
@@ -333,6 +336,7 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
         username,
         password,
         properties,
+        bridge,
     })
 }
 

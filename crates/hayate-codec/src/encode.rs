@@ -291,7 +291,12 @@ fn write_body(packet: &Packet, version: ProtocolVersion, buf: &mut BytesMut) {
         Packet::Connect(c) => {
             let v5 = c.protocol.is_v5();
             put_binary(protocol_name(c.protocol), buf);
-            buf.put_u8(c.protocol.level());
+            let bridge_bit = if c.bridge && !c.protocol.is_v5() {
+                0x80
+            } else {
+                0
+            };
+            buf.put_u8(c.protocol.level() | bridge_bit);
             buf.put_u8(connect_flags(c));
             buf.put_u16(c.keep_alive);
             if v5 {

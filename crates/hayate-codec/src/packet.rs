@@ -96,6 +96,9 @@ pub struct Connect {
     pub password: Option<Bytes>,
     /// v5 CONNECT properties.
     pub properties: Properties,
+    /// Mosquitto's bridge bit: the client is a bridge and said so with 0x80 on the protocol
+    /// level (0x83 / 0x84; v3 only).
+    pub bridge: bool,
 }
 
 /// The will message carried in CONNECT.

@@ -80,6 +80,9 @@ pub struct Channel {
     connect_expiry_zero: bool,
     /// Another connection took the session over; `finish` must leave it alone.
     taken_over: bool,
+    /// A v3 client that set Mosquitto's bridge bit in CONNECT: its subscriptions get No Local
+    /// and Retain As Published (`subscribe.rs`).
+    bridge: bool,
     /// This connection's doorbell, installed in the session while attached.
     doorbell: Arc<Notify>,
     /// The last `poll_transmit` stopped at its byte budget with more to send.
@@ -130,6 +133,7 @@ impl Channel {
             will_on_close: true,
             connect_expiry_zero: true,
             taken_over: false,
+            bridge: false,
             doorbell: Arc::new(Notify::new()),
             more_to_send: false,
         }

@@ -31,7 +31,8 @@ pub struct Config {
     /// Durable storage (`[storage]`).
     pub storage: StoreConfig,
     /// Bridges to other brokers (`[[bridge]]`, Mosquitto's `connection` sections): parsed
-    /// and validated, not run yet ([`Config::ensure_runnable`] refuses them).
+    /// and validated; run by the server (`hayate_bridge`), except the settings
+    /// [`Config::ensure_runnable`] refuses.
     #[serde(rename = "bridge")]
     pub bridges: Vec<mosquitto::BridgeConfig>,
 }
@@ -265,17 +266,14 @@ impl Config {
         })
     }
 
-    /// Refuses what validates but cannot run yet (bridges), naming it.
+    /// Refuses what validates but cannot run yet (some bridge settings), naming it.
     pub fn ensure_runnable(&self) -> Result<(), ConfigError> {
-        if self.bridges.is_empty() {
-            return Ok(());
+        match self.bridges.iter().find_map(hayate_bridge::unsupported) {
+            Some(message) => Err(ConfigError::Unsupported(format!(
+                "{message}: `hayate config check` accepts the file, `hayate serve` does not"
+            ))),
+            None => Ok(()),
         }
-        let names: Vec<&str> = self.bridges.iter().map(|b| b.name.as_str()).collect();
-        Err(ConfigError::Unsupported(format!(
-            "bridges are not supported yet (configured: {}): Hayate cannot run them; \
-             `hayate config check` accepts the file, `hayate serve` does not",
-            names.join(", ")
-        )))
     }
 
     /// Checks values serde cannot.

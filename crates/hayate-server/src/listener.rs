@@ -88,11 +88,20 @@ impl Server {
         }
         warn_if_fd_limit_low(config.server.max_connections);
         tasks.spawn(timer_loop(broker.clone(), shutdown_rx.clone()));
+        let mut bridges = Vec::new();
+        for bridge in &config.bridges {
+            let handle = hayate_bridge::spawn(broker.clone(), bridge.clone(), shutdown_rx.clone());
+            bridges.push((handle.name.clone(), handle.stats.clone()));
+            tasks.spawn(async move {
+                let _ = handle.task.await;
+            });
+        }
         if config.server.sys_interval_secs > 0 {
             let interval = Duration::from_secs(config.server.sys_interval_secs);
             tasks.spawn(crate::sys::sys_loop(
                 broker.clone(),
                 store.clone(),
+                bridges,
                 interval,
                 shutdown_rx.clone(),
             ));

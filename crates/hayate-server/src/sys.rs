@@ -35,9 +35,13 @@ impl Load {
     }
 }
 
+/// One bridge's name and counters, for `$SYS/broker/bridge/<name>/...`.
+pub(crate) type BridgeCounters = (String, Arc<hayate_bridge::BridgeStats>);
+
 pub(crate) async fn sys_loop(
     broker: Arc<Broker>,
     store: Option<Arc<hayate_storage::FjallStore>>,
+    bridges: Vec<BridgeCounters>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -139,6 +143,9 @@ pub(crate) async fn sys_loop(
         ] {
             publish(topic, counter(value));
         }
+        for (name, bridge) in &bridges {
+            publish_bridge(name, bridge, &publish);
+        }
         if let Some(store) = &store {
             publish_store(store, &publish, Stats::get(&stats.store_refused));
             // The lifetime counters survive a restart (a crash loses one interval of them).
@@ -153,6 +160,33 @@ pub(crate) async fn sys_loop(
                 );
             }
         }
+    }
+}
+
+/// A bridge's state and counters (Hayate's own topics; Mosquitto has the state topic only,
+/// `$SYS/broker/connection/<id>/state`, which the bridge itself publishes).
+fn publish_bridge(
+    name: &str,
+    bridge: &hayate_bridge::BridgeStats,
+    publish: &impl Fn(&str, String),
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let connected = u8::from(bridge.connected.load(Relaxed));
+    publish(
+        &format!("$SYS/broker/bridge/{name}/connected"),
+        connected.to_string(),
+    );
+    for (key, value) in [
+        ("connects", &bridge.connects),
+        ("messages/out", &bridge.messages_out),
+        ("messages/out/resent", &bridge.resent_out),
+        ("messages/in", &bridge.messages_in),
+        ("messages/dropped", &bridge.dropped),
+    ] {
+        publish(
+            &format!("$SYS/broker/bridge/{name}/{key}"),
+            value.load(Relaxed).to_string(),
+        );
     }
 }
 

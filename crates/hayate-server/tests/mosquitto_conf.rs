@@ -583,15 +583,22 @@ fn bridge_sections_are_parsed_into_bridge_configs() {
 }
 
 #[test]
-fn a_configured_bridge_validates_but_cannot_run() {
+fn a_bridge_with_settings_not_built_yet_validates_but_cannot_run() {
     let t = load("bridge.conf");
     t.config.validate().expect("valid");
     let message = t.config.ensure_runnable().unwrap_err().to_string();
     assert!(
-        message.contains("bridges are not supported yet"),
+        message.contains("bridge cloud: bridge_cafile is not supported yet"),
         "{message}"
     );
-    assert!(message.contains("cloud, partner"), "{message}");
+    ok("listener 1883 127.0.0.1\nconnection b\naddress h\ntopic t/# both 1\n")
+        .config
+        .ensure_runnable()
+        .expect("a plain TCP bridge runs");
+    ok("listener 1883 127.0.0.1\nconnection b\naddress h\ntopic t\nstart_type lazy\n")
+        .config
+        .ensure_runnable()
+        .expect_err("lazy bridges are not built");
     ok("listener 1883 127.0.0.1\n")
         .config
         .ensure_runnable()

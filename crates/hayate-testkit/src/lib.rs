@@ -76,6 +76,7 @@ pub fn connect_packet(version: ProtocolVersion, client_id: &str, clean_start: bo
         username: None,
         password: None,
         properties: Properties::default(),
+        bridge: false,
     }
 }
 

@@ -179,13 +179,16 @@ async fn serve_a_mosquitto_conf_with_password_and_acl_files() {
 }
 
 #[test]
-fn serve_refuses_a_bridge_that_config_check_accepts() {
+fn serve_refuses_a_bridge_setting_it_cannot_run_that_config_check_accepts() {
     let conf = server_fixture("bridge.conf");
     let conf = conf.to_str().unwrap();
     let output = hayate(&["serve", "-c", conf]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("bridges are not supported yet"), "{stderr}");
+    assert!(
+        stderr.contains("bridge cloud: bridge_cafile is not supported yet"),
+        "{stderr}"
+    );
 
     let output = hayate(&["config", "check", conf]);
     assert!(output.status.success(), "{output:?}");

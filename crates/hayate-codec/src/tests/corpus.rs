@@ -52,6 +52,7 @@ fn connect(
         username: Some(s("user")),
         password: Some(Bytes::from_static(b"secret")),
         properties,
+        bridge: false,
     }))
 }
 

@@ -259,6 +259,7 @@ fn connect_is_written_at_its_own_level() {
             session_expiry_interval: Some(1),
             ..Properties::default()
         },
+        bridge: false,
     };
     let bytes = enc(&Packet::Connect(Box::new(c)), V5);
     assert_eq!(&bytes[2..11], b"\x00\x06MQIsdp\x03");
@@ -348,5 +349,52 @@ fn encode_reserves_once() {
         buf.capacity(),
         buf.len(),
         "exactly the computed size was reserved"
+    );
+}
+
+/// Mosquitto's bridge bit (`try_private`): 0x80 on a v3 level, written and read back; never on
+/// v5, and 0x85 is not a level.
+#[test]
+fn the_bridge_bit_round_trips_on_v3_levels_only() {
+    for (protocol, level) in [(V31, 0x83u8), (V311, 0x84)] {
+        let c = Connect {
+            protocol,
+            clean_start: true,
+            keep_alive: 0,
+            client_id: s("bridge"),
+            will: None,
+            username: None,
+            password: None,
+            properties: Properties::default(),
+            bridge: true,
+        };
+        let bytes = enc(&Packet::Connect(Box::new(c.clone())), protocol);
+        let name_len = usize::from(bytes[3]);
+        assert_eq!(bytes[4 + name_len], level);
+        let mut buf = BytesMut::from(&bytes[..]);
+        match decode(&mut buf, protocol, MAX) {
+            Ok(Some(Packet::Connect(decoded))) => assert_eq!(*decoded, c),
+            other => panic!("{other:?}"),
+        }
+    }
+    let v5 = Connect {
+        protocol: V5,
+        clean_start: true,
+        keep_alive: 0,
+        client_id: s("bridge"),
+        will: None,
+        username: None,
+        password: None,
+        properties: Properties::default(),
+        bridge: true,
+    };
+    let bytes = enc(&Packet::Connect(Box::new(v5)), V5);
+    assert_eq!(bytes[8], 5);
+    let mut raw = bytes.to_vec();
+    raw[8] = 0x85;
+    let mut buf = BytesMut::from(&raw[..]);
+    assert_eq!(
+        decode(&mut buf, V5, MAX),
+        Err(DecodeError::UnsupportedProtocolLevel(0x85))
     );
 }

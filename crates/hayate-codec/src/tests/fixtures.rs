@@ -35,6 +35,7 @@ fn connect_v311_full() {
         username: Some(s("u")),
         password: Some(bytes_of(&[1, 2])),
         properties: Properties::default(),
+        bridge: false,
     }));
     // The version argument does not matter for CONNECT.
     assert_eq!(dec(&bytes, V5), Ok(packet.clone()));
@@ -59,6 +60,7 @@ fn connect_v31_mqisdp() {
         username: None,
         password: None,
         properties: Properties::default(),
+        bridge: false,
     }));
     assert_eq!(dec(&bytes, V311), Ok(packet.clone()));
     fixture(&bytes, V31, packet);
@@ -108,6 +110,7 @@ fn connect_v5_with_properties_and_will_properties() {
             user_properties: vec![(s("k"), s("v"))],
             ..Properties::default()
         },
+        bridge: false,
     }));
     fixture(&bytes, V5, packet);
 }

@@ -212,6 +212,7 @@ fn arb_connect(version: ProtocolVersion) -> impl Strategy<Value = Packet> {
                     username,
                     password,
                     properties,
+                    bridge: false,
                 }))
             },
         )

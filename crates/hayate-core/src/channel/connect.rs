@@ -26,6 +26,7 @@ impl Channel {
     ) -> Result<(), Close> {
         let version = connect.protocol;
         self.version = version;
+        self.bridge = connect.bridge && !version.is_v5();
         let broker = self.broker.clone();
         let config = &broker.config;
         let v5 = version.is_v5();

@@ -114,8 +114,12 @@ impl Channel {
         // §3.8.4: grant at most the server's maximum QoS; the SUBACK shows it [MQTT-3.8.4-7].
         options.qos = options.qos.min(config.maximum_qos());
         if self.version != ProtocolVersion::V5 {
-            options.no_local = false;
-            options.retain_as_published = false;
+            // A v3 bridge (Mosquitto's bridge bit) is not sent its own messages back, which
+            // would loop between two bridged brokers, and gets retain flags as published, as
+            // Mosquitto does for bridges. Shared subscriptions cannot have No Local.
+            let bridge = self.bridge && shared.is_none();
+            options.no_local = bridge;
+            options.retain_as_published = bridge;
             options.retain_handling = 0;
         }
         let record = SubscriptionRecord {

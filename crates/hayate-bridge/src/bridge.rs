@@ -1,0 +1,241 @@
+//! One bridge's task: connect, run the link, back off, reconnect; until shutdown.
+
+use crate::backoff::{AddressCycle, Backoff};
+use crate::config::{BridgeConfig, BridgeStartType};
+use crate::link::{Link, LinkEnd};
+use crate::local::LocalSettings;
+use crate::mapping::TopicMap;
+use hayate_codec::{Properties, Publish, QoS, Will};
+use hayate_core::Broker;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Counters of one bridge (exposed under `$SYS/broker/bridge/<name>/`).
+#[derive(Debug, Default)]
+pub struct BridgeStats {
+    /// The link to the remote broker is up.
+    pub connected: AtomicBool,
+    /// Successful connections to the remote broker.
+    pub connects: AtomicU64,
+    /// Messages forwarded from the local broker to the remote one (resends included).
+    pub messages_out: AtomicU64,
+    /// Of those, resends after a link drop (DUP set): possible duplicates at the remote side.
+    pub resent_out: AtomicU64,
+    /// Messages forwarded from the remote broker to the local one.
+    pub messages_in: AtomicU64,
+    /// Messages received that no topic rule maps (acknowledged and dropped).
+    pub dropped: AtomicU64,
+}
+
+impl BridgeStats {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A running bridge.
+#[derive(Debug)]
+pub struct BridgeHandle {
+    /// The bridge's name (`connection`).
+    pub name: String,
+    /// Its counters.
+    pub stats: Arc<BridgeStats>,
+    /// Its task; it ends after shutdown is signalled.
+    pub task: JoinHandle<()>,
+}
+
+/// What of `config` this version cannot run, naming the key; `None` when it can run.
+pub fn unsupported(config: &BridgeConfig) -> Option<String> {
+    let name = &config.name;
+    let tls = [
+        ("bridge_cafile", config.cafile.is_some()),
+        ("bridge_capath", config.capath.is_some()),
+        ("bridge_certfile", config.certfile.is_some()),
+        ("bridge_keyfile", config.keyfile.is_some()),
+        ("bridge_identity", config.identity.is_some()),
+        ("bridge_psk", config.psk.is_some()),
+        ("bridge_tls_version", config.tls_version.is_some()),
+        ("bridge_alpn", config.alpn.is_some()),
+        ("bridge_require_ocsp", config.require_ocsp),
+        ("bridge_insecure", config.insecure),
+        ("bridge_bind_address", config.bind_address.is_some()),
+    ];
+    if let Some((key, _)) = tls.iter().find(|(_, set)| *set) {
+        return Some(format!(
+            "bridge {name}: {key} is not supported yet (bridges connect over plain TCP only)"
+        ));
+    }
+    if config.start_type == BridgeStartType::Lazy {
+        return Some(format!(
+            "bridge {name}: start_type lazy is not supported yet (automatic and once are)"
+        ));
+    }
+    None
+}
+
+/// The state a bridge keeps across its links.
+pub(crate) struct Bridge {
+    pub config: BridgeConfig,
+    pub broker: Arc<Broker>,
+    pub topics: TopicMap,
+    pub stats: Arc<BridgeStats>,
+    pub local: LocalSettings,
+    pub remote_client_id: String,
+    /// The next local connection is the bridge's first (`local_cleansession` applies).
+    pub first_local: bool,
+    /// Inbound QoS 2 messages delivered locally at QoS 1 whose local PUBACK has not come yet.
+    pub q2_over_q1: HashSet<u16>,
+    /// Inbound QoS 2 messages answered with PUBREC by the bridge itself, waiting for PUBREL.
+    pub rel_direct: HashSet<u16>,
+    /// Inbound QoS 2 messages passed to the local session at QoS 2 whose PUBCOMP has not come
+    /// back: released locally if the remote session turns out to be new (see `Link::open`).
+    pub in_q2: HashSet<u16>,
+}
+
+impl Bridge {
+    /// The retained state topic (`notification_topic`, by default
+    /// `$SYS/broker/connection/<remote_clientid>/state`).
+    pub(crate) fn notification_topic(&self) -> String {
+        self.config
+            .notification_topic
+            .clone()
+            .unwrap_or_else(|| format!("$SYS/broker/connection/{}/state", self.remote_client_id))
+    }
+
+    /// Publishes the link state locally (retained "1" or "0") when notifications are on.
+    pub(crate) fn notify_local(&self, up: bool) {
+        if self.config.notifications {
+            let payload = bytes::Bytes::from_static(if up { b"1" } else { b"0" });
+            let now = tokio::time::Instant::now().into_std();
+            self.broker
+                .publish_internal(&self.notification_topic(), payload, true, now);
+        }
+    }
+}
+
+impl Bridge {
+    /// The will set on the remote connection: the state "0", retained, so the remote side
+    /// learns when the link drops (unless notifications are off or local only).
+    pub(crate) fn notification_will(&self) -> Option<Will> {
+        self.remote_notifications().then(|| Will {
+            topic: self.notification_topic().into(),
+            payload: bytes::Bytes::from_static(b"0"),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+            properties: Properties::default(),
+        })
+    }
+
+    /// The state published on the remote broker when the link comes up.
+    pub(crate) fn remote_notification(&self, up: bool) -> Option<Publish> {
+        self.remote_notifications().then(|| Publish {
+            dup: false,
+            qos: QoS::AtMostOnce,
+            retain: true,
+            topic: self.notification_topic().into(),
+            packet_id: None,
+            properties: Properties::default(),
+            payload: bytes::Bytes::from_static(if up { b"1" } else { b"0" }),
+        })
+    }
+
+    fn remote_notifications(&self) -> bool {
+        self.config.notifications && !self.config.notifications_local_only
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "hayate".to_string())
+}
+
+/// Starts `config`'s bridge on the current Tokio runtime; it stops when `shutdown` becomes
+/// true. The configuration must have passed [`BridgeConfig::validate`] and [`unsupported`].
+pub fn spawn(
+    broker: Arc<Broker>,
+    config: BridgeConfig,
+    shutdown: watch::Receiver<bool>,
+) -> BridgeHandle {
+    // Mosquitto's defaults: `<hostname>.<connection>` remotely, `local.<that>` locally.
+    let remote_client_id = config
+        .remote_clientid
+        .clone()
+        .unwrap_or_else(|| format!("{}.{}", hostname(), config.name));
+    let local = LocalSettings {
+        client_id: config
+            .local_clientid
+            .clone()
+            .unwrap_or_else(|| format!("local.{remote_client_id}")),
+        username: config.local_username.clone(),
+        password: config.local_password.clone(),
+        bridge_name: config.name.clone(),
+    };
+    let stats = Arc::new(BridgeStats::default());
+    let bridge = Bridge {
+        topics: TopicMap::new(&config.topics),
+        broker,
+        stats: stats.clone(),
+        local,
+        remote_client_id,
+        first_local: true,
+        q2_over_q1: HashSet::new(),
+        rel_direct: HashSet::new(),
+        in_q2: HashSet::new(),
+        config,
+    };
+    let name = bridge.config.name.clone();
+    let task = tokio::spawn(run(bridge, shutdown));
+    BridgeHandle { name, stats, task }
+}
+
+async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
+    let name = bridge.config.name.clone();
+    let mut backoff = Backoff::new(
+        Duration::from_secs(bridge.config.restart_timeout_secs),
+        Duration::from_secs(bridge.config.restart_timeout_cap_secs),
+    );
+    let mut addresses =
+        AddressCycle::new(bridge.config.addresses.clone(), bridge.config.round_robin);
+    bridge.notify_local(false);
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let address = addresses.current().to_string();
+        tracing::info!(bridge = %name, %address, "bridge_connecting");
+        let end = Link::run(&mut bridge, &address, &mut shutdown).await;
+        bridge.stats.connected.store(false, Ordering::Relaxed);
+        match end {
+            LinkEnd::Shutdown => break,
+            LinkEnd::Failed(error) => {
+                tracing::warn!(bridge = %name, %address, %error, "bridge_connect_failed");
+                addresses.failed();
+            }
+            LinkEnd::Dropped(error) => {
+                tracing::warn!(bridge = %name, %address, %error, "bridge_disconnected");
+                bridge.notify_local(false);
+                backoff.reset();
+                addresses.dropped();
+            }
+        }
+        if bridge.config.start_type == BridgeStartType::Once {
+            tracing::info!(bridge = %name, "bridge_stopped_start_type_once");
+            break;
+        }
+        let delay = backoff.next_delay();
+        tracing::info!(bridge = %name, delay_ms = delay.as_millis() as u64, next = %addresses.current(), "bridge_backing_off");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+    bridge.notify_local(false);
+    tracing::info!(bridge = %name, "bridge_stopped");
+}
