@@ -158,21 +158,28 @@ impl Message {
         max_packet_size: u32,
         out: &mut crate::OutBuf,
     ) -> Option<usize> {
-        let total = self.encoded_header_len(form)? + self.payload.len();
-        if total > max_packet_size as usize {
-            return None;
-        }
-        let key = form_key(form);
+        let max = max_packet_size as usize;
+        let bit = 1u16 << form_key(form);
         let start = out.tail_len();
-        let packet_id_offset =
-            if self.forms_used.fetch_or(1 << key, Ordering::Relaxed) & (1 << key) == 0 {
-                // First use of this form: encode into the output, cache nothing.
-                self.encode_header(form, out.tail_mut())?
-            } else {
-                let header = self.cached_header(form)?;
-                out.put_slice(&header.bytes);
-                header.packet_id_offset
-            };
+        // A plain load first: a form already used (every delivery of a broadcast after the
+        // first) takes no read-modify-write on the message's shared cache line.
+        let first_use = self.forms_used.load(Ordering::Relaxed) & bit == 0
+            && self.forms_used.fetch_or(bit, Ordering::Relaxed) & bit == 0;
+        let packet_id_offset = if first_use {
+            // First use of this form: encode into the output, cache nothing.
+            if self.encoded_header_len(form)? + self.payload.len() > max {
+                return None;
+            }
+            self.encode_header(form, out.tail_mut())?
+        } else {
+            let header = self.cached_header(form)?;
+            if header.bytes.len() + self.payload.len() > max {
+                return None;
+            }
+            out.put_slice(&header.bytes);
+            header.packet_id_offset
+        };
+        let total = out.tail_len() - start + self.payload.len();
         let WireForm { qos, retain, .. } = form;
         if dup {
             out.patch_tail(start, 0x30 | 0x08 | ((qos as u8) << 1) | u8::from(retain));
