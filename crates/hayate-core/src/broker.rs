@@ -161,6 +161,9 @@ impl Broker {
             state.will_due = None;
             (filters, state.will.take(), shared, state.persisted)
         };
+        if let Some(cluster) = self.router.cluster() {
+            cluster.peer_ended(cell);
+        }
         for filter in &filters {
             if self.router.unsubscribe(filter, cell.id) {
                 self.stats

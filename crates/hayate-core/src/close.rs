@@ -104,6 +104,9 @@ pub enum CloseReason {
     EmptyClientId,
     /// CONNECT refused: client id longer than allowed.
     ClientIdTooLong,
+    /// CONNECT refused: a peer session's client id on a client listener, or a client's on the
+    /// cluster listener (`crate::cluster`).
+    ClientIdReserved,
     /// CONNECT refused: invalid will topic.
     InvalidWillTopic,
     /// CONNECT refused: will QoS above the Maximum QoS.
@@ -151,6 +154,7 @@ impl CloseReason {
             MaxConnections => "max_connections",
             EmptyClientId => "empty_client_id",
             ClientIdTooLong => "client_id_too_long",
+            ClientIdReserved => "client_id_reserved",
             InvalidWillTopic => "invalid_will_topic",
             WillQosNotSupported => "will_qos_not_supported",
             WillRetainNotSupported => "will_retain_not_supported",

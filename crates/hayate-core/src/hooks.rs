@@ -49,6 +49,35 @@ pub struct ListenerInfo {
     pub identity_as_username: bool,
     /// Time and rate limits of each connection on this listener.
     pub limits: ConnectionLimits,
+    /// Who connects through it: MQTT clients, or the nodes of a cluster.
+    pub role: ListenerRole,
+    /// On a cluster listener, the password every node must present (`[cluster] secret`);
+    /// `None` admits any node that can reach the listener.
+    pub cluster_secret: Option<Arc<str>>,
+}
+
+impl ListenerInfo {
+    /// Connections of the cluster itself (nodes, and a node's own ingress of forwarded
+    /// messages): the authentication and ACL hooks, which are about clients, do not apply.
+    /// A message was authorised where its client published it, and a subscriber where it
+    /// subscribed.
+    pub fn is_cluster_internal(&self) -> bool {
+        self.role != ListenerRole::Clients
+    }
+}
+
+/// Who connects through a listener (`crate::cluster`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ListenerRole {
+    /// MQTT clients. The client identifiers reserved for peer sessions are refused.
+    #[default]
+    Clients,
+    /// Other nodes of the cluster, each opening a peer session (client identifier
+    /// `$cluster/NODE`); no other client identifier is accepted.
+    Cluster,
+    /// The in-process connection through which a node's link publishes what it received from
+    /// a peer node: its messages go to this node's clients only, never on to another node.
+    PeerIngress,
 }
 
 /// Time and rate limits that apply to each connection (from the server configuration).

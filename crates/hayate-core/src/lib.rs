@@ -15,9 +15,11 @@ mod arrival;
 pub mod broker;
 pub mod channel;
 pub mod close;
+pub mod cluster;
 pub mod config;
 pub mod flow;
 pub mod hooks;
+pub mod in_process;
 pub mod persist;
 pub mod registry;
 pub mod router;
@@ -32,8 +34,9 @@ pub use config::{BrokerConfig, SharedStrategy};
 pub use hayate_session::{Arrival, Delivery, Message, OutBuf};
 pub use hooks::{
     AuthHook, AuthStep, Authenticated, ClientInfo, ConnectionLimits, EnhancedAuth, ListenerInfo,
-    StaticPolicy,
+    ListenerRole, StaticPolicy,
 };
+pub use in_process::{InProcess, InProcessError};
 pub use registry::SessionCell;
 pub use router::WakeList;
 pub use stats::Stats;

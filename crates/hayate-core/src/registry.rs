@@ -143,6 +143,8 @@ pub struct SessionCell {
     /// a lock-free hint for publishers deciding whether to hold a PUBLISH back before routing it
     /// (the lock is taken to confirm).
     pub congested: AtomicBool,
+    /// A client's session or another cluster node's ([`crate::cluster::SessionKind`]).
+    pub kind: crate::cluster::SessionKind,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -193,6 +195,7 @@ impl Registry {
             id: next_id(),
             client_id: client_id.clone(),
             congested: AtomicBool::new(false),
+            kind: crate::cluster::SessionKind::of(client_id),
             state: Mutex::new(SessionState {
                 session: new_session(),
                 subscriptions: Subscriptions::default(),

@@ -8,6 +8,7 @@
 //! No session lock is held while the index lock is taken.
 
 use crate::arrival::RecentPublishes;
+use crate::cluster::{ClusterRoutes, SessionKind};
 use crate::config::{BrokerConfig, SharedStrategy};
 use crate::flow::Hint;
 use crate::hooks::AuthHook;
@@ -88,6 +89,8 @@ pub struct Router {
     /// Sessions with their `congested` hint set (in the `Congested` state); while zero,
     /// publishers skip the pre-routing congestion check entirely.
     congested_sessions: AtomicUsize,
+    /// The node's route set and peer sessions, when the broker is one node of a cluster.
+    cluster: std::sync::OnceLock<Arc<ClusterRoutes>>,
 }
 
 /// A matched, per-client merged target of one message.
@@ -113,6 +116,30 @@ impl Router {
             strategy: config.shared_subscription_strategy,
             congested_sessions: AtomicUsize::new(0),
             persistence: std::sync::OnceLock::new(),
+            cluster: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Makes this router one node's of a cluster (`crate::cluster`): from now on client
+    /// subscriptions are counted in `routes`. Call before any client subscribes; a second call
+    /// returns `false` and changes nothing.
+    pub fn attach_cluster(&self, routes: Arc<ClusterRoutes>) -> bool {
+        self.cluster.set(routes).is_ok()
+    }
+
+    /// The node's route set and peer sessions, when in a cluster.
+    pub fn cluster(&self) -> Option<&Arc<ClusterRoutes>> {
+        self.cluster.get()
+    }
+
+    /// Counts a client subscription added to or removed from `filter` in the route set.
+    fn count_route(&self, filter: &str, cell: &SessionCell, added: bool) {
+        if let (Some(cluster), SessionKind::Client) = (self.cluster.get(), cell.kind) {
+            if added {
+                cluster.added(filter);
+            } else {
+                cluster.removed(filter);
+            }
         }
     }
 
@@ -144,6 +171,7 @@ impl Router {
                         true
                     }
                     None => {
+                        self.count_route(filter, &entry.cell, true);
                         members.push(entry);
                         false
                     }
@@ -155,8 +183,12 @@ impl Router {
             }
             _ => {
                 let id = entry.cell.id;
+                let cell = entry.cell.clone();
                 let mut index = self.index.write();
                 let replaced = index.insert(filter, id, entry).is_some();
+                if !replaced {
+                    self.count_route(filter, &cell, true);
+                }
                 let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
                 Subscribed { replaced, version }
             }
@@ -193,15 +225,26 @@ impl Router {
                     return false;
                 };
                 let mut members = group.members.lock();
-                let before = members.len();
-                members.retain(|m| m.cell.id != session_id);
-                let removed = members.len() != before;
+                let Some(at) = members.iter().position(|m| m.cell.id == session_id) else {
+                    return false;
+                };
+                let removed = members.remove(at);
+                self.count_route(filter, &removed.cell, false);
                 if members.is_empty() {
                     index.remove(shared.filter, &group_name);
                 }
-                removed
+                true
             }
-            _ => self.index.write().remove(filter, &session_id).is_some(),
+            _ => {
+                let removed = self.index.write().remove(filter, &session_id);
+                match removed {
+                    Some(entry) => {
+                        self.count_route(filter, &entry.cell, false);
+                        true
+                    }
+                    None => false,
+                }
+            }
         }
     }
 
@@ -281,6 +324,7 @@ impl Router {
             self.recent
                 .record(message, self.version.load(Ordering::Relaxed));
         }
+        self.add_peers_for_retained(&mut targets, message);
         merge_targets(&mut targets);
         {
             let shared = self.shared.read();
@@ -305,6 +349,26 @@ impl Router {
             self.deliver_to_group(&group, message, None, reader, now, wake, &mut outcome);
         }
         outcome
+    }
+
+    /// In a cluster, a retained message published on this node goes to every peer session,
+    /// whatever it subscribes to: every node keeps every retained message, so a subscription
+    /// on any node finds them (`docs/CLUSTER.md`). `$`-topics (`$SYS`) stay on their node.
+    fn add_peers_for_retained(&self, targets: &mut Vec<Target>, message: &Message) {
+        if !message.retain || message.from_peer || message.topic.starts_with('$') {
+            return;
+        }
+        let Some(cluster) = self.cluster.get() else {
+            return;
+        };
+        for cell in cluster.peers() {
+            targets.push(Target {
+                cell,
+                qos: message.qos,
+                retain_as_published: true,
+                subscription_ids: Vec::new(),
+            });
+        }
     }
 
     /// Hands a message to one member of a shared group, skipping `exclude` (a member that went
@@ -336,21 +400,33 @@ impl Router {
             };
             let n = candidates.len();
             // First online member from the strategy's pick onwards; else the first offline
-            // one from there (the pick itself when every member may read).
+            // one from there (the pick itself when every member may read). In a cluster, a
+            // message from another node goes to a member on this node only, and with
+            // `prefer_local_shared` an online member on this node comes before other nodes.
+            let prefer_local = self.cluster.get().is_some_and(|c| c.prefer_local_shared);
             let mut offline = None;
             let mut online = None;
+            let mut online_peer = None;
             for member in (0..n).map(|i| candidates[(start + i) % n]) {
+                let peer = member.cell.kind == SessionKind::Peer;
+                if peer && message.from_peer {
+                    continue;
+                }
                 let state = member.cell.state.lock();
                 if !may_read(reader, &state, message) {
                     continue;
                 }
                 if state.session.is_attached() {
+                    if peer && prefer_local {
+                        online_peer.get_or_insert(member);
+                        continue;
+                    }
                     online = Some(member);
                     break;
                 }
                 offline.get_or_insert(member);
             }
-            match online.or(offline) {
+            match online.or(online_peer).or(offline) {
                 Some(member) => member.clone(),
                 None => {
                     outcome.denied += 1;
@@ -472,6 +548,11 @@ impl Router {
 
 /// Adds a matching subscription to the target list (merged per session later).
 fn add_target(targets: &mut Vec<Target>, entry: &SubEntry, message: &Message) {
+    // A message from another node of the cluster reached every node that wanted it directly:
+    // it is never passed on to a third (`crate::cluster`).
+    if message.from_peer && entry.cell.kind == SessionKind::Peer {
+        return;
+    }
     let options: SubscriptionOptions = entry.record.options;
     // [MQTT-3.8.3-3] No Local: never back to the connection that published it.
     if options.no_local && message.publisher == Some(entry.cell.id) {
@@ -511,10 +592,9 @@ fn merge_targets(targets: &mut Vec<Target>) {
 fn may_read(reader: Option<&dyn AuthHook>, state: &SessionState, message: &Message) -> bool {
     match reader {
         None => true,
-        Some(hook) => state
-            .client
-            .as_deref()
-            .is_some_and(|client| hook.authorize_read(client, &message.topic)),
+        Some(hook) => state.client.as_deref().is_some_and(|client| {
+            client.listener.is_cluster_internal() || hook.authorize_read(client, &message.topic)
+        }),
     }
 }
 

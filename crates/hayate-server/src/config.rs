@@ -35,6 +35,9 @@ pub struct Config {
     /// [`Config::ensure_runnable`] refuses.
     #[serde(rename = "bridge")]
     pub bridges: Vec<mosquitto::BridgeConfig>,
+    /// This node's place in a cluster (`[cluster]`, `hayate serve --node-name
+    /// --cluster-listen --join`; `docs/CLUSTER.md`). Unset: a single node.
+    pub cluster: Option<hayate_cluster::ClusterConfig>,
 }
 
 /// Which syntax a configuration file is written in.
@@ -215,6 +218,9 @@ pub enum ConfigError {
     /// `[storage]` asks for something not available.
     #[error("{0}")]
     Storage(String),
+    /// `[cluster]` is not usable.
+    #[error("{0}")]
+    Cluster(String),
     /// A Mosquitto file could not be translated (the message names file, line and key).
     #[error(transparent)]
     Mosquitto(#[from] mosquitto::MosquittoError),
@@ -285,6 +291,11 @@ impl Config {
             listener.validate().map_err(ConfigError::Listener)?;
         }
         self.broker.validate()?;
+        if let Some(cluster) = &self.cluster {
+            cluster
+                .validate()
+                .map_err(|e| ConfigError::Cluster(e.to_string()))?;
+        }
         if self.storage.sync_interval_ms == 0 {
             return Err(ConfigError::Storage(
                 "storage.sync_interval_ms must be at least 1".into(),

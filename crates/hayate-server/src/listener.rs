@@ -6,7 +6,7 @@ use crate::connection::{spawn_connection, Connection, ConnectionSettings, Shutdo
 use crate::transport::psk::{PskAcceptorHandle, PskSettings};
 use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
 use crate::transport::{ws, BoxedStream, Polled};
-use hayate_core::{Broker, ConnectionInfo, ConnectionLimits, ListenerInfo, WakeList};
+use hayate_core::{Broker, ConnectionInfo, ConnectionLimits, ListenerInfo, ListenerRole, WakeList};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,14 +52,23 @@ impl Server {
             hooks,
             tokio::time::Instant::now().into_std(),
         );
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        // In a cluster, before stored sessions come back: their subscriptions count in the
+        // node's route set.
+        if let Some(cluster) = &config.cluster {
+            let handle =
+                hayate_cluster::start(broker.clone(), cluster.clone(), shutdown_rx.clone())
+                    .await
+                    .map_err(io::Error::other)?;
+            tasks.spawn(handle.wait());
+        }
         let store = match config.storage.enabled_dir() {
             Some(dir) => Some(crate::storage::open(dir, &config.storage, &broker)?),
             None => None,
         };
-        let (shutdown, shutdown_rx) = watch::channel(false);
         let settings = Arc::new(ConnectionSettings::from_config(&config));
         let active = Arc::new(LiveConnections::default());
-        let mut tasks = JoinSet::new();
         let mut local_addrs = Vec::new();
         let mut reloadable = Vec::new();
         let listeners = config
@@ -67,7 +76,13 @@ impl Server {
             .listen
             .iter()
             .map(|addr| ListenerConfig::tcp(*addr))
-            .chain(config.listeners.iter().cloned());
+            .chain(config.listeners.iter().cloned())
+            .chain(
+                config
+                    .cluster
+                    .iter()
+                    .map(|c| ListenerConfig::cluster(c.listen)),
+            );
         for listener_config in listeners {
             let runtime = Arc::new(ListenerRuntime::new(&listener_config, &config)?);
             let listener = bind(listener_config.bind)?;
@@ -352,6 +367,15 @@ impl ListenerRuntime {
                 name: Arc::from(listener.display_name()),
                 allow_anonymous: listener.allow_anonymous,
                 identity_as_username: listener.use_identity_as_username,
+                role: listener.role,
+                cluster_secret: match listener.role {
+                    ListenerRole::Cluster => config
+                        .cluster
+                        .as_ref()
+                        .and_then(|c| c.secret.as_deref())
+                        .map(Arc::from),
+                    _ => None,
+                },
                 limits: ConnectionLimits {
                     connect_timeout: config.server.connect_timeout(),
                     max_inbound_bytes_per_sec: listener

@@ -38,6 +38,9 @@ pub struct Message {
     /// When the bytes carrying it reached the broker ([`Arrival::UNKNOWN`] for broker-made
     /// messages).
     pub arrival: Arrival,
+    /// It came from another node of a cluster, which forwarded it to every node that wanted it:
+    /// it goes to this node's own clients only.
+    pub from_peer: bool,
     /// Encoded PUBLISH headers, one per distinct wire form, kept from a form's second use on
     /// and then shared by every further subscriber that receives that form. The first use
     /// encodes straight into its output: most messages go out once, in one form, and caching
@@ -114,10 +117,17 @@ impl Message {
             publisher,
             publisher_key: 0,
             arrival: Arrival::UNKNOWN,
+            from_peer: false,
             encoded: Mutex::new(Vec::new()),
             forms_used: AtomicU16::new(0),
             store_id: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Marks the message as forwarded by another node of a cluster ([`Message::from_peer`]).
+    pub fn forwarded_by_peer(mut self) -> Message {
+        self.from_peer = true;
+        self
     }
 
     /// Sets [`Message::publisher_key`] (see [`publisher_key`] to compute it).

@@ -30,6 +30,23 @@ enum Command {
     /// Check a configuration file, or convert a mosquitto.conf to hayate.toml.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Look at a cluster of Hayate nodes (docs/CLUSTER.md).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Print the members a node sees and their state (live or dead, its link to each, the
+    /// messages it received from each), read from its `$SYS/broker/cluster/nodes` over MQTT.
+    Status {
+        /// The node's MQTT listener.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:1883")]
+        mqtt: SocketAddr,
+        /// Print the JSON as published instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,6 +90,23 @@ struct ServeArgs {
     /// storage.sync_interval_ms), sync (once fsynced) or off (no store).
     #[arg(long, value_name = "MODE")]
     durability: Option<DurabilityArg>,
+    /// This node's name in a cluster (cluster.node_name); with --cluster-listen, makes it a
+    /// node of a cluster (docs/CLUSTER.md).
+    #[arg(long, value_name = "NAME", requires = "cluster_listen")]
+    node_name: Option<String>,
+    /// Where this node listens for the other nodes: gossip over UDP and node links over TCP
+    /// on the same port (cluster.listen).
+    #[arg(long, value_name = "ADDR", requires = "node_name")]
+    cluster_listen: Option<SocketAddr>,
+    /// Cluster listeners of nodes to join, comma-separated (cluster.join); any one live node
+    /// is enough.
+    #[arg(
+        long,
+        value_name = "ADDR,...",
+        value_delimiter = ',',
+        requires = "node_name"
+    )]
+    join: Vec<String>,
 }
 
 /// `--durability` values.
@@ -90,6 +124,29 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench(*args),
         Command::Passwd(args) => hayate_auth::run_passwd(args).context("hayate passwd"),
         Command::Config(command) => config_command(command),
+        Command::Cluster(command) => cluster_command(command),
+    }
+}
+
+fn cluster_command(command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Status { mqtt, json } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let status = runtime
+                .block_on(hayate_cluster::status::fetch(
+                    mqtt,
+                    std::time::Duration::from_secs(5),
+                ))
+                .with_context(|| format!("asking the node at {mqtt}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", status.render());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -189,6 +246,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.data_dir {
         config.storage.dir = Some(dir.clone());
     }
+    apply_cluster_args(&mut config, &args);
     if let Some(mode) = args.durability {
         config.storage.durability = match mode {
             DurabilityArg::Batched => Durability::Batched,
@@ -234,6 +292,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("hayate_stopped");
         Ok(())
     })
+}
+
+/// `--node-name`, `--cluster-listen`, `--join` over the file's `[cluster]`.
+fn apply_cluster_args(config: &mut Config, args: &ServeArgs) {
+    if let (Some(name), Some(listen)) = (&args.node_name, args.cluster_listen) {
+        let mut cluster = config
+            .cluster
+            .take()
+            .unwrap_or_else(|| hayate_cluster::ClusterConfig::new(name, listen, Vec::new()));
+        cluster.node_name = name.clone();
+        cluster.listen = listen;
+        config.cluster = Some(cluster);
+    }
+    if !args.join.is_empty() {
+        if let Some(cluster) = config.cluster.as_mut() {
+            cluster.join = args.join.clone();
+        }
+    }
 }
 
 enum Signal {

@@ -4,7 +4,8 @@
 use super::auth::AuthState;
 use super::{Channel, Phase};
 use crate::close::{Close, CloseReason};
-use crate::hooks::{Authenticated, ClientInfo};
+use crate::cluster::SessionKind;
+use crate::hooks::{Authenticated, ClientInfo, ListenerRole};
 use crate::registry::PendingWill;
 use crate::router::WakeList;
 use bytes::Bytes;
@@ -62,6 +63,21 @@ impl Channel {
         } else {
             Arc::from(connect.client_id.as_str())
         };
+        // Peer sessions come through the cluster listener only, and only they do
+        // (`crate::cluster`).
+        let reserved = SessionKind::of(&client_id) == SessionKind::Peer;
+        let refused = match self.info.listener.role {
+            ListenerRole::Clients => reserved,
+            ListenerRole::Cluster => !reserved,
+            ListenerRole::PeerIngress => false,
+        };
+        if refused {
+            return Err(self.refuse(
+                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+                CloseReason::ClientIdReserved,
+                out,
+            ));
+        }
 
         // Will checks: a valid topic name, and QoS / retain the server supports.
         if let Some(will) = &connect.will {
@@ -123,6 +139,9 @@ impl Channel {
             };
             return self.connect_auth_step(step, exchange, Box::new(pending), now, out, wake);
         }
+        if client.listener.is_cluster_internal() {
+            return self.connect_node(connect, client, now, out, wake);
+        }
         match self
             .broker
             .hooks
@@ -134,6 +153,34 @@ impl Channel {
             }
             Err(reason) => Err(self.auth_failed(reason, CloseReason::AuthenticationFailed, out)),
         }
+    }
+
+    /// CONNECT of another node on the cluster listener (or of this node's own ingress):
+    /// admitted by the cluster secret, not by the client authentication hook.
+    fn connect_node(
+        &mut self,
+        connect: Connect,
+        client: ClientInfo,
+        now: Instant,
+        out: &mut OutBuf,
+        wake: &mut WakeList,
+    ) -> Result<(), Close> {
+        let admitted = match &client.listener.cluster_secret {
+            None => true,
+            Some(secret) => connect
+                .password
+                .as_deref()
+                .is_some_and(|password| constant_time_eq(password, secret.as_bytes())),
+        };
+        if !admitted {
+            tracing::warn!(client_id = %client.client_id, peer = ?client.peer, "cluster_node_refused");
+            return Err(self.auth_failed(
+                ReasonCode::NOT_AUTHORIZED,
+                CloseReason::AuthenticationFailed,
+                out,
+            ));
+        }
+        self.complete_connect(connect, client, None, None, now, out, wake)
     }
 
     /// Refuses a CONNECT whose authentication failed, and counts it.
@@ -272,6 +319,11 @@ impl Channel {
             self.broker.publish_will(&cell.client_id, will, now, wake);
         }
 
+        if self.info.listener.role == ListenerRole::Cluster {
+            if let Some(cluster) = self.broker.router.cluster() {
+                cluster.peer_attached(&cell);
+            }
+        }
         self.cell = Some(cell);
         self.client = Some(client);
         self.phase = Phase::Connected;
@@ -383,4 +435,9 @@ pub(super) fn count_auth_failure(stats: &crate::stats::Stats, reason: ReasonCode
     if reason == ReasonCode::CONNECTION_RATE_EXCEEDED {
         crate::stats::Stats::add(&stats.auth_throttled, 1);
     }
+}
+
+/// Compares two byte strings in time that depends on their lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -4,6 +4,7 @@ use super::Channel;
 use crate::broker::forwardable_properties;
 use crate::close::{Close, CloseReason};
 use crate::config::SharedStrategy;
+use crate::hooks::ListenerRole;
 use crate::router::WakeList;
 use crate::stats::Stats;
 use hayate_codec::{Packet, Properties, PubResp, Publish, QoS, ReasonCode};
@@ -84,6 +85,7 @@ impl Channel {
             return Ok(());
         }
         let allowed = match &self.client {
+            Some(client) if client.listener.is_cluster_internal() => true,
             Some(client) => self.broker.hooks.authorize_publish(client, &publish.topic),
             None => false,
         };
@@ -132,6 +134,11 @@ impl Channel {
             publisher,
         )
         .with_arrival(self.arrival);
+        let message = if self.info.listener.role == ListenerRole::PeerIngress {
+            message.forwarded_by_peer()
+        } else {
+            message
+        };
         let message = match (&self.client, config.shared_subscription_strategy) {
             (Some(client), SharedStrategy::HashClientId) => {
                 message.with_publisher_key(hayate_session::publisher_key(&client.client_id))

@@ -1,6 +1,7 @@
 //! `[[listener]]` tables: one listener each, with its own address, transport and the settings
 //! that differ per listener (TLS files, PSK keys, WebSocket path, anonymous access, limits).
 
+use hayate_core::ListenerRole;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -73,6 +74,9 @@ pub struct ListenerConfig {
     pub max_inbound_bytes_per_sec: Option<u64>,
     /// Per-client inbound PUBLISH packets per second on this listener (overrides `[server]`).
     pub max_inbound_messages_per_sec: Option<u64>,
+    /// Clients, or (only through `[cluster]`, never from the file) the other nodes.
+    #[serde(skip)]
+    pub role: ListenerRole,
 }
 
 fn default_psk_ciphers() -> String {
@@ -109,6 +113,16 @@ impl ListenerConfig {
             max_connection_rate: 0,
             max_inbound_bytes_per_sec: None,
             max_inbound_messages_per_sec: None,
+            role: ListenerRole::Clients,
+        }
+    }
+
+    /// The cluster listener of a node (`[cluster] listen`): plain TCP, for other nodes only.
+    pub fn cluster(bind: SocketAddr) -> ListenerConfig {
+        ListenerConfig {
+            name: Some(format!("cluster@{bind}")),
+            role: ListenerRole::Cluster,
+            ..ListenerConfig::tcp(bind)
         }
     }
 

@@ -1,0 +1,143 @@
+//! `[cluster]`: this node's name and address, the nodes to join, and the timings of failure
+//! detection.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// The `[cluster]` table (`hayate serve --node-name --cluster-listen --join`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name, unique in the cluster (`--node-name`).
+    pub node_name: String,
+    /// Where this node listens for the other nodes (`--cluster-listen`): gossip over UDP and
+    /// node links over TCP, on the same port.
+    pub listen: SocketAddr,
+    /// The address the other nodes reach this one at, when not `listen` (behind NAT, or
+    /// `listen` is 0.0.0.0).
+    #[serde(default)]
+    pub advertise: Option<SocketAddr>,
+    /// Nodes to contact at start (`--join`, `host:port` of their cluster listeners). Any one
+    /// live node is enough; the rest are learnt by gossip.
+    #[serde(default)]
+    pub join: Vec<String>,
+    /// Nodes present this password to each other (and gossip carries it as the cluster id,
+    /// so nodes of another cluster are not mixed in). Unset: any node that can reach the
+    /// cluster listener is admitted, so keep it on a private network.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// A shared subscription's message goes to a member on the node where it was published
+    /// when one is online, to another node's members otherwise.
+    #[serde(default = "yes")]
+    pub prefer_local_shared: bool,
+    /// Gossip rounds, in milliseconds.
+    #[serde(default = "default_gossip_interval_ms")]
+    pub gossip_interval_ms: u64,
+    /// Phi-accrual threshold above which a silent node is taken as dead (chitchat; 8 is the
+    /// usual value: a node missing about 8 × its usual heartbeat spacing).
+    #[serde(default = "default_phi_threshold")]
+    pub phi_threshold: f64,
+    /// How long a dead node's state is kept here (its session of forwarded messages, the
+    /// messages queued for it) in case it comes back, in seconds.
+    #[serde(default = "default_dead_node_grace_secs")]
+    pub dead_node_grace_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_gossip_interval_ms() -> u64 {
+    200
+}
+
+fn default_phi_threshold() -> f64 {
+    8.0
+}
+
+fn default_dead_node_grace_secs() -> u64 {
+    60
+}
+
+/// Why a `[cluster]` table cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ClusterConfigError {
+    /// The node name is empty or holds characters a client identifier or topic cannot.
+    #[error("cluster.node_name {0:?} must be 1-64 characters of [A-Za-z0-9._-]")]
+    NodeName(String),
+    /// A value is out of range.
+    #[error("cluster.{0} is out of range")]
+    Range(&'static str),
+}
+
+impl ClusterConfig {
+    /// A node named `node_name` listening at `listen`, joining `join`, with default timings.
+    pub fn new(node_name: &str, listen: SocketAddr, join: Vec<String>) -> ClusterConfig {
+        ClusterConfig {
+            node_name: node_name.to_string(),
+            listen,
+            advertise: None,
+            join,
+            secret: None,
+            prefer_local_shared: true,
+            gossip_interval_ms: default_gossip_interval_ms(),
+            phi_threshold: default_phi_threshold(),
+            dead_node_grace_secs: default_dead_node_grace_secs(),
+        }
+    }
+
+    /// Checks names and ranges.
+    pub fn validate(&self) -> Result<(), ClusterConfigError> {
+        let name_ok = !self.node_name.is_empty()
+            && self.node_name.len() <= 64
+            && self
+                .node_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !name_ok {
+            return Err(ClusterConfigError::NodeName(self.node_name.clone()));
+        }
+        if !(10..=60_000).contains(&self.gossip_interval_ms) {
+            return Err(ClusterConfigError::Range("gossip_interval_ms"));
+        }
+        if !(1.0..=100.0).contains(&self.phi_threshold) {
+            return Err(ClusterConfigError::Range("phi_threshold"));
+        }
+        Ok(())
+    }
+
+    /// The address the other nodes reach this one at.
+    pub fn advertised(&self) -> SocketAddr {
+        self.advertise.unwrap_or(self.listen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        assert!(ClusterConfig::new("n1", addr, vec![]).validate().is_ok());
+        for bad in ["", "a/b", "a b", "#", &"x".repeat(65)] {
+            assert_eq!(
+                ClusterConfig::new(bad, addr, vec![]).validate(),
+                Err(ClusterConfigError::NodeName(bad.to_string()))
+            );
+        }
+    }
+
+    #[test]
+    fn toml_defaults() {
+        let config: ClusterConfig =
+            toml_like(r#"{"node_name":"a","listen":"127.0.0.1:7001"}"#).unwrap();
+        assert!(config.prefer_local_shared);
+        assert_eq!(config.gossip_interval_ms, 200);
+        assert_eq!(config.advertised(), "127.0.0.1:7001".parse().unwrap());
+    }
+
+    fn toml_like(json: &str) -> serde_json::Result<ClusterConfig> {
+        serde_json::from_str(json)
+    }
+}

@@ -1,0 +1,460 @@
+//! One node link: this node pulling, from one other node, the messages its own clients
+//! subscribe to (`hayate_core::cluster`).
+//!
+//! The link is an MQTT 5 client session `$cluster/SELF` on the other node, subscribed there
+//! to this node's route set and kept in step with it by SUBSCRIBE / UNSUBSCRIBE deltas. What
+//! arrives is published here through the ingress, an in-process connection whose messages go
+//! to this node's clients only. Packet identifiers pass through: the other node's message N
+//! is this node's inbound message N, and the ingress's PUBACK / PUBREC / PUBCOMP for N goes
+//! back as is, so the other node releases a QoS 1/2 message only once this node has it (and,
+//! with a data directory, has stored what it queued). A link that drops reconnects to the
+//! same session there: what was queued or in flight meanwhile is delivered then.
+
+use crate::client::NodeClient;
+use crate::{ClusterError, NodeStats};
+use hayate_codec::{
+    ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, Publish, QoS, Subscribe,
+    SubscriptionOptions, Unsubscribe,
+};
+use hayate_core::cluster::{ClusterRoutes, RouteDelta, PEER_CLIENT_PREFIX};
+use hayate_core::{
+    Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
+};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, watch};
+
+/// Keep alive of a link: a node silent for 1.5 × this is taken as gone by the link (gossip
+/// usually says so first).
+const KEEP_ALIVE_SECS: u16 = 5;
+/// A node that takes no bytes for this long is taken as gone.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Filters per SUBSCRIBE / UNSUBSCRIBE packet.
+const FILTERS_PER_PACKET: usize = 1_000;
+/// The catch-all subscribed for a moment on a new session, to receive every retained message.
+const ALL: &str = "#";
+
+/// What a link needs from its node.
+#[derive(Clone)]
+pub(crate) struct LinkContext {
+    pub broker: Arc<Broker>,
+    pub routes: Arc<ClusterRoutes>,
+    pub self_name: Arc<str>,
+    pub secret: Option<Arc<str>>,
+}
+
+/// One link, alive across reconnections to the same incarnation of the other node.
+pub(crate) struct Link {
+    ctx: LinkContext,
+    peer: Arc<str>,
+    address: SocketAddr,
+    stats: Arc<NodeStats>,
+    /// Filters the other node's session for us has (valid while it keeps the session).
+    subscribed: HashSet<Arc<str>>,
+    ingress: Option<InProcess>,
+    /// The first connection starts a new session there.
+    first: bool,
+    next_id: u16,
+}
+
+impl Link {
+    pub(crate) fn new(
+        ctx: LinkContext,
+        peer: Arc<str>,
+        address: SocketAddr,
+        stats: Arc<NodeStats>,
+    ) -> Link {
+        Link {
+            ctx,
+            peer,
+            address,
+            stats,
+            subscribed: HashSet::new(),
+            ingress: None,
+            first: true,
+            next_id: 0,
+        }
+    }
+
+    /// Connects, reconnects with a jittered back-off, until `stop`.
+    pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            // A second receiver: a stop while connecting ends the attempt too.
+            let mut stopping = stop.clone();
+            let result = tokio::select! {
+                result = self.connect_and_serve(&mut stop) => result,
+                _ = stopping.changed() => Ok(()),
+            };
+            self.stats.link_up.store(false, Ordering::Relaxed);
+            match result {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::info!(peer = %self.peer, address = %self.address, %error, "cluster_link_down");
+                }
+            }
+            if *stop.borrow() {
+                break;
+            }
+            let jitter = rand::random::<u64>() % (delay.as_millis() as u64 / 2 + 1);
+            tokio::select! {
+                _ = tokio::time::sleep(delay + Duration::from_millis(jitter)) => {}
+                _ = stop.changed() => break,
+            }
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+        if let Some(ingress) = self.ingress.take() {
+            ingress.finish(Instant::now());
+        }
+    }
+
+    async fn connect_and_serve(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
+        let client_id = format!("{PEER_CLIENT_PREFIX}{}", self.ctx.self_name);
+        let connected = NodeClient::connect(
+            self.address,
+            &client_id,
+            self.ctx.secret.as_deref(),
+            self.first,
+            KEEP_ALIVE_SECS,
+            u32::MAX,
+        )
+        .await?;
+        self.first = false;
+        let mut client = connected.client;
+        let fresh = !connected.connack.session_present;
+        if fresh {
+            // A new session there: it has none of our filters, and its packet ids start
+            // over, so the ingress (which remembers inbound QoS 2 ids) starts over too.
+            self.subscribed.clear();
+            if let Some(old) = self.ingress.take() {
+                old.finish(Instant::now());
+            }
+        }
+        if self.ingress.is_none() {
+            self.ingress = Some(self.open_ingress()?);
+        }
+        let (routes, feed) = self.ctx.routes.snapshot();
+        self.sync_routes(&mut client, routes, fresh)?;
+        client.flush().await?;
+        self.stats.link_up.store(true, Ordering::Relaxed);
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(peer = %self.peer, address = %self.address, session_present = !fresh, "cluster_link_up");
+        let result = self.serve(&mut client, feed, stop).await;
+        if result.is_ok() {
+            client.disconnect().await;
+        }
+        result
+    }
+
+    /// The ingress: this node's in-process connection for what the other node forwards.
+    fn open_ingress(&self) -> Result<InProcess, ClusterError> {
+        let now = Instant::now();
+        let info = ConnectionInfo {
+            listener: Arc::new(ListenerInfo {
+                name: format!("cluster:{}", self.peer).into(),
+                role: ListenerRole::PeerIngress,
+                ..ListenerInfo::default()
+            }),
+            ..ConnectionInfo::default()
+        };
+        let mut ingress = InProcess::new(self.ctx.broker.clone(), info, now);
+        let connect = Connect {
+            protocol: ProtocolVersion::V5,
+            clean_start: true,
+            keep_alive: 0,
+            client_id: format!("{PEER_CLIENT_PREFIX}in/{}", self.peer)
+                .as_str()
+                .into(),
+            will: None,
+            username: None,
+            password: None,
+            properties: Properties {
+                // As many in flight as the other node sends: its session's window bounds it.
+                receive_maximum: Some(u16::MAX),
+                ..Properties::default()
+            },
+            bridge: false,
+        };
+        ingress.handle(Packet::Connect(Box::new(connect)), now)?;
+        match ingress.take_output()?.first() {
+            Some(Packet::ConnAck(connack)) if !connack.reason_code.is_error() => Ok(ingress),
+            other => Err(ClusterError::Protocol(format!(
+                "ingress CONNECT answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// Brings the other node's subscriptions for us to `routes`; on a new session, also asks
+    /// once for every retained message there (a moment's `#` with retain handling 0).
+    fn sync_routes(
+        &mut self,
+        client: &mut NodeClient,
+        routes: Vec<Arc<str>>,
+        fresh: bool,
+    ) -> Result<(), ClusterError> {
+        let wanted: HashSet<Arc<str>> = routes.into_iter().collect();
+        let add: Vec<Arc<str>> = wanted.difference(&self.subscribed).cloned().collect();
+        let remove: Vec<Arc<str>> = self.subscribed.difference(&wanted).cloned().collect();
+        if fresh {
+            let all: Arc<str> = Arc::from(ALL);
+            self.subscribe(client, std::slice::from_ref(&all), 0)?;
+            if !wanted.contains(&all) {
+                self.unsubscribe(client, &[all])?;
+            }
+        }
+        self.subscribe(client, &add, 2)?;
+        self.unsubscribe(client, &remove)?;
+        self.subscribed = wanted;
+        Ok(())
+    }
+
+    fn subscribe(
+        &mut self,
+        client: &mut NodeClient,
+        filters: &[Arc<str>],
+        retain_handling: u8,
+    ) -> Result<(), ClusterError> {
+        for chunk in filters.chunks(FILTERS_PER_PACKET) {
+            let filters = chunk
+                .iter()
+                .map(|filter| {
+                    let options = SubscriptionOptions {
+                        qos: QoS::ExactlyOnce,
+                        no_local: false,
+                        // The retain flag is the publisher's: the receiving node stores the
+                        // retained messages it is sent.
+                        retain_as_published: true,
+                        retain_handling,
+                    };
+                    (ByteStr::from(&**filter), options)
+                })
+                .collect();
+            let packet_id = self.packet_id();
+            client.queue(&Packet::Subscribe(Subscribe {
+                packet_id,
+                filters,
+                properties: Properties::default(),
+            }))?;
+        }
+        Ok(())
+    }
+
+    fn unsubscribe(
+        &mut self,
+        client: &mut NodeClient,
+        filters: &[Arc<str>],
+    ) -> Result<(), ClusterError> {
+        for chunk in filters.chunks(FILTERS_PER_PACKET) {
+            let packet_id = self.packet_id();
+            client.queue(&Packet::Unsubscribe(Unsubscribe {
+                packet_id,
+                filters: chunk.iter().map(|f| ByteStr::from(&**f)).collect(),
+                properties: Properties::default(),
+            }))?;
+        }
+        Ok(())
+    }
+
+    fn packet_id(&mut self) -> PacketId {
+        self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+        PacketId::new(self.next_id).expect("never zero")
+    }
+
+    /// Passes packets until an error, or `stop` (`Ok`).
+    async fn serve(
+        &mut self,
+        client: &mut NodeClient,
+        mut feed: broadcast::Receiver<RouteDelta>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
+        let doorbell = self.ingress()?.doorbell();
+        let keep_alive = Duration::from_secs(u64::from(KEEP_ALIVE_SECS));
+        let mut ping = tokio::time::interval(keep_alive);
+        ping.tick().await;
+        let mut last_input = tokio::time::Instant::now();
+        loop {
+            self.forward_ingress_output(client)?;
+            tokio::time::timeout(WRITE_TIMEOUT, client.flush())
+                .await
+                .map_err(|_| ClusterError::Timeout("the other node to read"))??;
+            let now = Instant::now();
+            let ingress = self.ingress()?;
+            let gate = if ingress.accepts_input() {
+                ReadGate::Open
+            } else {
+                ingress.poll_gate(now)?
+            };
+            let reading = matches!(gate, ReadGate::Open);
+            if reading && self.process_buffered(client, now)? {
+                continue;
+            }
+            let paused = async {
+                match gate {
+                    ReadGate::Paused { until, released } => match released {
+                        Some(released) => {
+                            tokio::select! {
+                                _ = tokio::time::sleep_until(until.into()) => {}
+                                _ = released => {}
+                            }
+                        }
+                        None => tokio::time::sleep_until(until.into()).await,
+                    },
+                    ReadGate::Open => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                read = client.read(), if reading => {
+                    read?;
+                    last_input = tokio::time::Instant::now();
+                }
+                delta = feed.recv() => self.on_route_delta(client, delta, &mut feed)?,
+                _ = doorbell.notified() => {}
+                _ = paused => {}
+                _ = ping.tick() => {
+                    if last_input.elapsed() > keep_alive * 3 / 2 {
+                        return Err(ClusterError::Timeout("PINGRESP"));
+                    }
+                    client.queue(&Packet::PingReq)?;
+                }
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn ingress(&mut self) -> Result<&mut InProcess, ClusterError> {
+        self.ingress
+            .as_mut()
+            .ok_or_else(|| ClusterError::Protocol("no ingress".into()))
+    }
+
+    /// A change of this node's route set (and any others already waiting): sent as one
+    /// SUBSCRIBE and one UNSUBSCRIBE. Fallen too far behind: the whole set is compared again.
+    fn on_route_delta(
+        &mut self,
+        client: &mut NodeClient,
+        first: Result<RouteDelta, broadcast::error::RecvError>,
+        feed: &mut broadcast::Receiver<RouteDelta>,
+    ) -> Result<(), ClusterError> {
+        let mut add = Vec::new();
+        let mut remove = Vec::new();
+        let mut next = first;
+        loop {
+            match next {
+                Ok(RouteDelta::Add(filter)) => {
+                    if self.subscribed.insert(filter.clone()) {
+                        add.push(filter);
+                    }
+                }
+                Ok(RouteDelta::Remove(filter)) => {
+                    if self.subscribed.remove(&filter) {
+                        remove.push(filter);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let (routes, fresh_feed) = self.ctx.routes.snapshot();
+                    *feed = fresh_feed;
+                    return self.sync_routes(client, routes, false);
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err(ClusterError::Protocol("route feed closed".into()))
+                }
+            }
+            next = match feed.try_recv() {
+                Ok(delta) => Ok(delta),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    Err(broadcast::error::RecvError::Lagged(n))
+                }
+                Err(_) => break,
+            };
+        }
+        // A filter added then removed in the same batch goes out as both, in that order.
+        self.subscribe(client, &add, 2)?;
+        self.unsubscribe(client, &remove)
+    }
+
+    /// Handles the packets already read while the ingress takes them; true when any.
+    fn process_buffered(
+        &mut self,
+        client: &mut NodeClient,
+        now: Instant,
+    ) -> Result<bool, ClusterError> {
+        let mut any = false;
+        while self.ingress()?.accepts_input() {
+            let Some(packet) = client.next_buffered()? else {
+                break;
+            };
+            any = true;
+            self.on_remote(packet, now)?;
+        }
+        Ok(any)
+    }
+
+    /// One packet from the other node.
+    fn on_remote(&mut self, packet: Packet, now: Instant) -> Result<(), ClusterError> {
+        match packet {
+            Packet::Publish(publish) => {
+                self.stats.messages_in.fetch_add(1, Ordering::Relaxed);
+                let publish = Publish {
+                    properties: Properties {
+                        topic_alias: None,
+                        subscription_identifiers: Vec::new(),
+                        ..publish.properties
+                    },
+                    ..publish
+                };
+                self.ingress()?.handle(Packet::Publish(publish), now)?;
+                Ok(())
+            }
+            Packet::PubRel(rel) => Ok(self.ingress()?.handle(Packet::PubRel(rel), now)?),
+            Packet::SubAck(suback) => {
+                for code in suback.reason_codes.iter().filter(|c| c.is_error()) {
+                    tracing::warn!(peer = %self.peer, code = code.0, "cluster_subscription_refused");
+                }
+                Ok(())
+            }
+            Packet::UnsubAck(_) | Packet::PingResp => Ok(()),
+            Packet::Disconnect(disconnect) => {
+                Err(ClusterError::Disconnected(disconnect.reason_code.0))
+            }
+            other => Err(ClusterError::Protocol(format!(
+                "unexpected {:?} from a node",
+                other.packet_type()
+            ))),
+        }
+    }
+
+    /// The ingress's acknowledgements go back to the other node as they are.
+    fn forward_ingress_output(&mut self, client: &mut NodeClient) -> Result<(), ClusterError> {
+        for packet in self.ingress()?.take_output()? {
+            match packet {
+                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {
+                    client.queue(&packet)?
+                }
+                Packet::Disconnect(disconnect) => {
+                    return Err(ClusterError::Ingress(format!(
+                        "DISCONNECT 0x{:02x}",
+                        disconnect.reason_code.0
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<InProcessError> for ClusterError {
+    fn from(error: InProcessError) -> ClusterError {
+        ClusterError::Ingress(error.to_string())
+    }
+}

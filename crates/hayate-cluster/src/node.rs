@@ -1,0 +1,263 @@
+//! This node in the cluster: gossip (chitchat), one [`Link`] per other live node, dead nodes'
+//! state dropped after a grace period, and the status in `$SYS/broker/cluster/nodes`.
+
+use crate::link::{Link, LinkContext};
+use crate::status::{NodeStatus, Status, STATUS_TOPIC};
+use crate::{ClusterConfig, ClusterError, NodeStats};
+use chitchat::transport::UdpTransport;
+use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
+use hayate_core::cluster::{ClusterRoutes, PEER_CLIENT_PREFIX};
+use hayate_core::{Broker, WakeList};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The gossip cluster id: nodes of other systems on the same port are not mixed in.
+const CLUSTER_ID: &str = "hayate";
+
+/// One other node as this node knows it.
+struct Peer {
+    generation: u64,
+    address: SocketAddr,
+    stats: Arc<NodeStats>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    /// Since when gossip has it dead (`None` while live).
+    dead_since: Option<Instant>,
+}
+
+/// The running cluster side of a node.
+pub struct ClusterHandle {
+    task: JoinHandle<()>,
+}
+
+impl ClusterHandle {
+    /// Waits until the node left the cluster (after the server's shutdown signal).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Makes `broker` a node of the cluster `config` describes. Call before the broker restores
+/// stored sessions or accepts clients, so that every client subscription is counted in the
+/// node's route set. Runs until `shutdown` turns true.
+pub async fn start(
+    broker: Arc<Broker>,
+    config: ClusterConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<ClusterHandle, ClusterError> {
+    let routes = Arc::new(ClusterRoutes::new(config.prefer_local_shared));
+    if !broker.router.attach_cluster(routes.clone()) {
+        return Err(ClusterError::Gossip(
+            "the broker is already in a cluster".into(),
+        ));
+    }
+    let generation = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let self_id = ChitchatId::new(config.node_name.clone(), generation, config.advertised());
+    let gossip_interval = Duration::from_millis(config.gossip_interval_ms);
+    let grace = Duration::from_secs(config.dead_node_grace_secs);
+    let chitchat_config = ChitchatConfig {
+        chitchat_id: self_id.clone(),
+        cluster_id: CLUSTER_ID.to_string(),
+        gossip_interval,
+        listen_addr: config.listen,
+        seed_nodes: config.join.clone(),
+        failure_detector_config: FailureDetectorConfig {
+            phi_threshold: config.phi_threshold,
+            initial_interval: gossip_interval,
+            dead_node_grace_period: grace,
+            ..FailureDetectorConfig::default()
+        },
+        marked_for_deletion_grace_period: Duration::from_secs(3_600),
+        catchup_callback: None,
+        extra_liveness_predicate: None,
+        protocol_version: chitchat::ProtocolVersion::V0,
+    };
+    let chitchat = spawn_chitchat(chitchat_config, Vec::new(), &UdpTransport)
+        .await
+        .map_err(|error| ClusterError::Gossip(format!("{error:#}")))?;
+    tracing::info!(node = %config.node_name, generation, listen = %config.listen, join = ?config.join, "cluster_started");
+    let node = Node {
+        ctx: LinkContext {
+            broker,
+            routes,
+            self_name: Arc::from(config.node_name.as_str()),
+            secret: config.secret.as_deref().map(Arc::from),
+        },
+        self_id,
+        grace,
+        peers: HashMap::new(),
+        last_status: String::new(),
+    };
+    let task = tokio::spawn(node.run(chitchat, shutdown));
+    Ok(ClusterHandle { task })
+}
+
+struct Node {
+    ctx: LinkContext,
+    self_id: ChitchatId,
+    grace: Duration,
+    peers: HashMap<Arc<str>, Peer>,
+    last_status: String,
+}
+
+impl Node {
+    async fn run(mut self, chitchat: ChitchatHandle, mut shutdown: watch::Receiver<bool>) {
+        let mut live = chitchat.chitchat().lock().await.live_nodes_watcher();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let snapshot: Vec<ChitchatId> = live.borrow_and_update().keys().cloned().collect();
+            self.reconcile(&snapshot);
+            self.publish_status();
+            tokio::select! {
+                changed = live.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                _ = tick.tick() => {}
+                changed = shutdown.changed() => {
+                    if changed.is_err() || *shutdown.borrow() {
+                        break;
+                    }
+                }
+            }
+        }
+        for (_, peer) in self.peers.drain() {
+            let _ = peer.stop.send(true);
+            let _ = peer.task.await;
+        }
+        if let Err(error) = chitchat.shutdown().await {
+            tracing::warn!(error = %format!("{error:#}"), "cluster_gossip_shutdown");
+        }
+        tracing::info!("cluster_left");
+    }
+
+    /// Starts a link to every live node that has none (or a link to an older incarnation),
+    /// marks the others dead, and forgets those dead for longer than the grace period.
+    fn reconcile(&mut self, live: &[ChitchatId]) {
+        let now = Instant::now();
+        let mut seen: Vec<Arc<str>> = Vec::new();
+        for id in live.iter().filter(|id| id.node_id != self.self_id.node_id) {
+            seen.push(id.node_id.clone());
+            let current = self.peers.get_mut(&id.node_id);
+            match current {
+                Some(peer) if peer.generation == id.generation_id => {
+                    if peer.dead_since.take().is_some() {
+                        tracing::info!(peer = %id.node_id, "cluster_node_back");
+                    }
+                }
+                _ => {
+                    if let Some(old) = self.peers.remove(&id.node_id) {
+                        tracing::info!(peer = %id.node_id, generation = id.generation_id, "cluster_node_restarted");
+                        let _ = old.stop.send(true);
+                    } else {
+                        tracing::info!(peer = %id.node_id, address = %id.gossip_advertise_addr, "cluster_node_joined");
+                    }
+                    let peer = self.spawn_link(id);
+                    self.peers.insert(id.node_id.clone(), peer);
+                }
+            }
+        }
+        let mut forget = Vec::new();
+        for (name, peer) in &mut self.peers {
+            if seen.contains(name) {
+                continue;
+            }
+            match peer.dead_since {
+                None => {
+                    tracing::warn!(peer = %name, "cluster_node_down");
+                    peer.dead_since = Some(now);
+                }
+                Some(since) if now.duration_since(since) >= self.grace => forget.push(name.clone()),
+                Some(_) => {}
+            }
+        }
+        for name in forget {
+            if let Some(peer) = self.peers.remove(&name) {
+                let _ = peer.stop.send(true);
+            }
+            self.end_peer_session(&name, now);
+            tracing::warn!(peer = %name, "cluster_node_forgotten");
+        }
+    }
+
+    fn spawn_link(&self, id: &ChitchatId) -> Peer {
+        let stats = Arc::new(NodeStats::default());
+        let (stop, stopped) = watch::channel(false);
+        let link = Link::new(
+            self.ctx.clone(),
+            id.node_id.clone(),
+            id.gossip_advertise_addr,
+            stats.clone(),
+        );
+        Peer {
+            generation: id.generation_id,
+            address: id.gossip_advertise_addr,
+            stats,
+            stop,
+            task: tokio::spawn(link.run(stopped)),
+            dead_since: None,
+        }
+    }
+
+    /// Ends the session a forgotten node had here (what it subscribed to, what was queued
+    /// for it), unless a connection of it is attached after all.
+    fn end_peer_session(&self, name: &str, now: Instant) {
+        let client_id = format!("{PEER_CLIENT_PREFIX}{name}");
+        let Some(cell) = self.ctx.broker.registry.get(&client_id) else {
+            return;
+        };
+        if cell.state.lock().owner != 0 {
+            return;
+        }
+        let mut wake = WakeList::new();
+        self.ctx.broker.end_session(&cell, now, &mut wake);
+        for doorbell in wake {
+            doorbell.notify_one();
+        }
+    }
+
+    /// Publishes this node's view as retained JSON when it changed.
+    fn publish_status(&mut self) {
+        let mut nodes: BTreeMap<String, NodeStatus> = BTreeMap::new();
+        for (name, peer) in &self.peers {
+            nodes.insert(
+                name.to_string(),
+                NodeStatus {
+                    address: peer.address.to_string(),
+                    generation: peer.generation,
+                    live: peer.dead_since.is_none(),
+                    link_up: peer.stats.link_up.load(Ordering::Relaxed),
+                    messages_in: peer.stats.messages_in.load(Ordering::Relaxed),
+                    connects: peer.stats.connects.load(Ordering::Relaxed),
+                },
+            );
+        }
+        let status = Status {
+            node: self.self_id.node_id.to_string(),
+            address: self.self_id.gossip_advertise_addr.to_string(),
+            generation: self.self_id.generation_id,
+            routes: self.ctx.routes.len(),
+            nodes,
+        };
+        let Ok(json) = serde_json::to_string(&status) else {
+            return;
+        };
+        if json != self.last_status {
+            self.ctx.broker.publish_internal(
+                STATUS_TOPIC,
+                bytes::Bytes::from(json.clone()),
+                true,
+                Instant::now(),
+            );
+            self.last_status = json;
+        }
+    }
+}
