@@ -15,6 +15,7 @@ pub mod config;
 pub mod status;
 
 mod client;
+mod control;
 mod link;
 mod node;
 

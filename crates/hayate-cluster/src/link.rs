@@ -11,21 +11,23 @@
 //! same session there: what was queued or in flight meanwhile is delivered then.
 
 use crate::client::NodeClient;
+use crate::control::{decode_session, session_client_id, SESSION_TOPIC};
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
-    ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, Publish, QoS, Subscribe,
-    SubscriptionOptions, Unsubscribe,
+    ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
+    Subscribe, SubscriptionOptions, Unsubscribe,
 };
 use hayate_core::cluster::{ClusterRoutes, RouteDelta, PEER_CLIENT_PREFIX};
 use hayate_core::{
     Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
+    WakeList,
 };
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 /// Keep alive of a link: a node silent for 1.5 × this is taken as gone by the link (gossip
 /// usually says so first).
@@ -58,6 +60,8 @@ pub(crate) struct Link {
     /// The first connection starts a new session there.
     first: bool,
     next_id: u16,
+    /// Messages for the other node's cluster task (`crate::control`).
+    commands: mpsc::Receiver<Publish>,
 }
 
 impl Link {
@@ -66,8 +70,10 @@ impl Link {
         peer: Arc<str>,
         address: SocketAddr,
         stats: Arc<NodeStats>,
+        commands: mpsc::Receiver<Publish>,
     ) -> Link {
         Link {
+            commands,
             ctx,
             peer,
             address,
@@ -314,6 +320,7 @@ impl Link {
                     last_input = tokio::time::Instant::now();
                 }
                 delta = feed.recv() => self.on_route_delta(client, delta, &mut feed)?,
+                Some(command) = self.commands.recv() => client.queue(&Packet::Publish(command))?,
                 _ = doorbell.notified() => {}
                 _ = paused => {}
                 _ = ping.tick() => {
@@ -394,14 +401,22 @@ impl Link {
                 break;
             };
             any = true;
-            self.on_remote(packet, now)?;
+            self.on_remote(client, packet, now)?;
         }
         Ok(any)
     }
 
     /// One packet from the other node.
-    fn on_remote(&mut self, packet: Packet, now: Instant) -> Result<(), ClusterError> {
+    fn on_remote(
+        &mut self,
+        client: &mut NodeClient,
+        packet: Packet,
+        now: Instant,
+    ) -> Result<(), ClusterError> {
         match packet {
+            Packet::Publish(publish) if publish.topic.starts_with(PEER_CLIENT_PREFIX) => {
+                self.on_control(client, publish, now)
+            }
             Packet::Publish(publish) => {
                 self.stats.messages_in.fetch_add(1, Ordering::Relaxed);
                 let publish = Publish {
@@ -430,6 +445,37 @@ impl Link {
                 "unexpected {:?} from a node",
                 other.packet_type()
             ))),
+        }
+    }
+
+    /// A message from the other node's cluster task: a session handed over to this node.
+    /// Acknowledged here once taken (it never reaches the ingress).
+    fn on_control(
+        &mut self,
+        client: &mut NodeClient,
+        publish: Publish,
+        now: Instant,
+    ) -> Result<(), ClusterError> {
+        if publish.topic.as_str() == SESSION_TOPIC {
+            let handed = session_client_id(&publish)
+                .and_then(|id| Some((id, decode_session(&publish.payload, now)?)));
+            match handed {
+                Some((client_id, handed)) => {
+                    let mut wake = WakeList::new();
+                    self.ctx.broker.take_over(client_id, handed, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
+                    }
+                }
+                None => tracing::warn!(peer = %self.peer, "cluster_session_undecodable"),
+            }
+        } else {
+            tracing::warn!(peer = %self.peer, topic = %publish.topic, "cluster_control_unknown");
+        }
+        match (publish.qos, publish.packet_id) {
+            (QoS::AtLeastOnce, Some(id)) => client.queue(&Packet::PubAck(PubResp::new(id))),
+            (QoS::ExactlyOnce, Some(id)) => client.queue(&Packet::PubRec(PubResp::new(id))),
+            _ => Ok(()),
         }
     }
 

@@ -1,23 +1,29 @@
 //! This node in the cluster: gossip (chitchat), one [`Link`] per other live node, dead nodes'
 //! state dropped after a grace period, and the status in `$SYS/broker/cluster/nodes`.
 
+use crate::control::{session_message, Claim, CLAIM_TOPIC};
 use crate::link::{Link, LinkContext};
 use crate::status::{NodeStatus, Status, STATUS_TOPIC};
 use crate::{ClusterConfig, ClusterError, NodeStats};
 use chitchat::transport::UdpTransport;
 use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
-use hayate_core::cluster::{ClusterRoutes, PEER_CLIENT_PREFIX};
-use hayate_core::{Broker, WakeList};
+use hayate_codec::{Publish, QoS};
+use hayate_core::cluster::{ClusterEvent, ClusterRoutes, PEER_CLIENT_PREFIX};
+use hayate_core::router::RouteOutcome;
+use hayate_core::{Broker, Delivery, WakeList};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// The gossip cluster id: nodes of other systems on the same port are not mixed in.
 const CLUSTER_ID: &str = "hayate";
+/// Claims waiting for a link that is down; beyond this the oldest are not sent (the client
+/// may then be connected to two nodes until it reconnects, see docs/CLUSTER.md).
+const COMMANDS_CAPACITY: usize = 4_096;
 
 /// One other node as this node knows it.
 struct Peer {
@@ -26,6 +32,8 @@ struct Peer {
     stats: Arc<NodeStats>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// Messages for the node's cluster task, sent over the link.
+    commands: mpsc::Sender<Publish>,
     /// Since when gossip has it dead (`None` while live).
     dead_since: Option<Instant>,
 }
@@ -111,6 +119,10 @@ impl Node {
     async fn run(mut self, chitchat: ChitchatHandle, mut shutdown: watch::Receiver<bool>) {
         let mut live = chitchat.chitchat().lock().await.live_nodes_watcher();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let Some(mut events) = self.ctx.routes.take_events() else {
+            tracing::error!("cluster events already taken");
+            return;
+        };
         loop {
             let snapshot: Vec<ChitchatId> = live.borrow_and_update().keys().cloned().collect();
             self.reconcile(&snapshot);
@@ -122,6 +134,12 @@ impl Node {
                     }
                 }
                 _ = tick.tick() => {}
+                Some(event) = events.recv() => {
+                    self.on_event(event);
+                    while let Ok(event) = events.try_recv() {
+                        self.on_event(event);
+                    }
+                }
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
                         break;
@@ -137,6 +155,67 @@ impl Node {
             tracing::warn!(error = %format!("{error:#}"), "cluster_gossip_shutdown");
         }
         tracing::info!("cluster_left");
+    }
+
+    fn on_event(&mut self, event: ClusterEvent) {
+        match event {
+            ClusterEvent::ClientConnected {
+                client_id,
+                clean_start,
+                at,
+            } => {
+                let claim = Claim {
+                    client_id: client_id.to_string(),
+                    clean_start,
+                    at: at.as_nanos(),
+                }
+                .to_publish();
+                for (name, peer) in &self.peers {
+                    if peer.commands.try_send(claim.clone()).is_err() {
+                        tracing::warn!(peer = %name, %client_id, "cluster_claim_dropped");
+                    }
+                }
+            }
+            ClusterEvent::Control { from, publish } => self.on_control(&from, &publish),
+        }
+    }
+
+    /// A node's message through its peer session here: a claim, answered with the session.
+    fn on_control(&self, from: &Arc<str>, publish: &Publish) {
+        if publish.topic.as_str() != CLAIM_TOPIC {
+            tracing::warn!(%from, topic = %publish.topic, "cluster_control_unknown");
+            return;
+        }
+        let Some(claim) = Claim::from_publish(publish) else {
+            tracing::warn!(%from, "cluster_claim_malformed");
+            return;
+        };
+        let now = Instant::now();
+        let mut wake = WakeList::new();
+        let broker = &self.ctx.broker;
+        let handed = broker.hand_over(
+            &claim.client_id,
+            claim.clean_start,
+            claim.arrival(),
+            now,
+            &mut wake,
+        );
+        if let Some(handed) = handed.filter(|h| !claim.clean_start && !h.is_empty()) {
+            match broker.registry.get(from) {
+                Some(peer) => {
+                    let message = session_message(&claim.client_id, &handed, now);
+                    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+                    let mut outcome = RouteOutcome::default();
+                    broker
+                        .router
+                        .deliver(&peer, delivery, now, &mut wake, &mut outcome);
+                }
+                None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
+            }
+        }
+        for doorbell in wake {
+            doorbell.notify_one();
+        }
     }
 
     /// Starts a link to every live node that has none (or a link to an older incarnation),
@@ -191,11 +270,13 @@ impl Node {
     fn spawn_link(&self, id: &ChitchatId) -> Peer {
         let stats = Arc::new(NodeStats::default());
         let (stop, stopped) = watch::channel(false);
+        let (commands, commands_rx) = mpsc::channel(COMMANDS_CAPACITY);
         let link = Link::new(
             self.ctx.clone(),
             id.node_id.clone(),
             id.gossip_advertise_addr,
             stats.clone(),
+            commands_rx,
         );
         Peer {
             generation: id.generation_id,
@@ -204,6 +285,7 @@ impl Node {
             stop,
             task: tokio::spawn(link.run(stopped)),
             dead_since: None,
+            commands,
         }
     }
 

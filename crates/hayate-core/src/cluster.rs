@@ -18,10 +18,12 @@
 //! subscription change.
 
 use crate::registry::SessionCell;
+use hayate_codec::Publish;
+use hayate_session::Arrival;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 /// The client identifier prefix reserved for peer sessions: only connections through a
 /// cluster listener may use it, and every session whose identifier has it is a peer session.
@@ -59,6 +61,33 @@ pub enum RouteDelta {
 
 /// Changes a link may fall behind by before it has to compare whole route sets again.
 const FEED_CAPACITY: usize = 65_536;
+/// Events waiting for the cluster task; beyond this they are dropped and logged (a node
+/// so far behind is in trouble anyway).
+const EVENTS_CAPACITY: usize = 65_536;
+
+/// What the core tells the cluster task.
+#[derive(Debug)]
+pub enum ClusterEvent {
+    /// A client connected here: another node that has a session for it hands it over
+    /// (`Broker::hand_over`), and disconnects the client there if it is connected
+    /// [MQTT-3.1.4-3].
+    ClientConnected {
+        /// Its client identifier.
+        client_id: Arc<str>,
+        /// It asked for a new session (nothing is handed over then; the old one ends).
+        clean_start: bool,
+        /// When its CONNECT arrived: of two connections of one client to two nodes, the later
+        /// one wins.
+        at: Arrival,
+    },
+    /// A node sent a message on a `$cluster/...` topic through its peer session here.
+    Control {
+        /// The peer session's client identifier (`$cluster/NODE`).
+        from: Arc<str>,
+        /// The message.
+        publish: Publish,
+    },
+}
 
 /// The cluster side of a node's router. See the module docs.
 #[derive(Debug)]
@@ -66,6 +95,8 @@ pub struct ClusterRoutes {
     counts: Mutex<HashMap<Arc<str>, u32>>,
     feed: broadcast::Sender<RouteDelta>,
     peers: RwLock<Vec<Arc<SessionCell>>>,
+    events: mpsc::Sender<ClusterEvent>,
+    events_rx: Mutex<Option<mpsc::Receiver<ClusterEvent>>>,
     /// Shared-subscription groups deliver to a member on this node when one is online, and
     /// to another node's members only otherwise.
     pub prefer_local_shared: bool,
@@ -74,7 +105,10 @@ pub struct ClusterRoutes {
 impl ClusterRoutes {
     /// An empty route set.
     pub fn new(prefer_local_shared: bool) -> ClusterRoutes {
+        let (events, events_rx) = mpsc::channel(EVENTS_CAPACITY);
         ClusterRoutes {
+            events,
+            events_rx: Mutex::new(Some(events_rx)),
             counts: Mutex::new(HashMap::new()),
             feed: broadcast::channel(FEED_CAPACITY).0,
             peers: RwLock::new(Vec::new()),
@@ -142,6 +176,19 @@ impl ClusterRoutes {
     /// The peer sessions on this node.
     pub fn peers(&self) -> Vec<Arc<SessionCell>> {
         self.peers.read().clone()
+    }
+
+    /// The receiver of [`ClusterEvent`]s, once (for the cluster task).
+    pub fn take_events(&self) -> Option<mpsc::Receiver<ClusterEvent>> {
+        self.events_rx.lock().take()
+    }
+
+    /// Queues an event for the cluster task (dropped, with a log line, when it is that far
+    /// behind).
+    pub(crate) fn event(&self, event: ClusterEvent) {
+        if let Err(error) = self.events.try_send(event) {
+            tracing::warn!(%error, "cluster_event_dropped");
+        }
     }
 }
 

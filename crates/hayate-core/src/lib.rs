@@ -18,6 +18,7 @@ pub mod close;
 pub mod cluster;
 pub mod config;
 pub mod flow;
+pub mod handoff;
 pub mod hooks;
 pub mod in_process;
 pub mod persist;

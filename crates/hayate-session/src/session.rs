@@ -444,6 +444,30 @@ impl Session {
         taken
     }
 
+    /// Takes every message the session still owes its client, in send order: those in
+    /// flight whose PUBLISH may not have been received (waiting for PUBACK or PUBREC; marked
+    /// as possibly sent), then those queued. A QoS 2 message whose PUBREL is out was received
+    /// and is not taken. Used when the session moves to another node of a cluster; the
+    /// session is discarded afterwards.
+    pub fn take_all_deliveries(&mut self) -> Vec<Delivery> {
+        let mut inflight: Vec<(u64, Delivery)> = self
+            .inflight
+            .drain()
+            .filter(|(_, f)| f.state != OutflightState::AwaitPubComp)
+            .filter_map(|(_, f)| f.delivery.map(|d| (f.seq, d)))
+            .collect();
+        inflight.sort_unstable_by_key(|(seq, _)| *seq);
+        let mut taken: Vec<Delivery> = inflight
+            .into_iter()
+            .map(|(_, mut d)| {
+                d.maybe_sent = true;
+                d
+            })
+            .collect();
+        taken.extend(self.pending.drain(..));
+        taken
+    }
+
     /// Drops every held message (used when a session is discarded).
     pub fn clear(&mut self) {
         self.pending.clear();

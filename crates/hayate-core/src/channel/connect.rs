@@ -4,7 +4,7 @@
 use super::auth::AuthState;
 use super::{Channel, Phase};
 use crate::close::{Close, CloseReason};
-use crate::cluster::SessionKind;
+use crate::cluster::{ClusterEvent, SessionKind};
 use crate::hooks::{Authenticated, ClientInfo, ListenerRole};
 use crate::registry::PendingWill;
 use crate::router::WakeList;
@@ -319,9 +319,15 @@ impl Channel {
             self.broker.publish_will(&cell.client_id, will, now, wake);
         }
 
-        if self.info.listener.role == ListenerRole::Cluster {
-            if let Some(cluster) = self.broker.router.cluster() {
-                cluster.peer_attached(&cell);
+        if let Some(cluster) = self.broker.router.cluster() {
+            match self.info.listener.role {
+                ListenerRole::Cluster => cluster.peer_attached(&cell),
+                ListenerRole::Clients => cluster.event(ClusterEvent::ClientConnected {
+                    client_id: cell.client_id.clone(),
+                    clean_start: connect.clean_start,
+                    at: self.arrival,
+                }),
+                ListenerRole::PeerIngress => {}
             }
         }
         self.cell = Some(cell);

@@ -1,0 +1,263 @@
+//! Messages between nodes on the reserved `$cluster/` topics, carried by the node links.
+//!
+//! - `$cluster/claim` (a link → the node it pulls from, QoS 0): "client C connected here at
+//!   T, with or without clean start". The node that has C's session disconnects C there and
+//!   answers with its session.
+//! - `$cluster/session` (queued in the claiming node's peer session, QoS 1): the session,
+//!   as MQTT 5 packets in the payload: one SUBSCRIBE per subscription (its options and
+//!   identifier), then one PUBLISH per message owed to the client (DUP when it may have been
+//!   sent, the remaining expiry interval).
+//!
+//! The client identifier travels as the user property `client_id`, never in a topic (a
+//! client identifier may hold `+`, `#` or `/`).
+
+use bytes::{Bytes, BytesMut};
+use hayate_codec::{
+    decode, encode, ByteStr, Packet, PacketId, Properties, ProtocolVersion, Publish, QoS, Subscribe,
+};
+use hayate_core::handoff::HandedOver;
+use hayate_core::registry::SubscriptionRecord;
+use hayate_core::{Arrival, Delivery, Message};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A client connected to the sending node.
+pub(crate) const CLAIM_TOPIC: &str = "$cluster/claim";
+/// A session handed over to the receiving node.
+pub(crate) const SESSION_TOPIC: &str = "$cluster/session";
+
+const CLIENT_ID: &str = "client_id";
+const CLEAN_START: &str = "clean_start";
+const AT: &str = "at";
+
+/// A decoded `$cluster/claim`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub client_id: String,
+    pub clean_start: bool,
+    pub at: u64,
+}
+
+impl Claim {
+    pub(crate) fn to_publish(&self) -> Publish {
+        let properties = Properties {
+            user_properties: vec![
+                (CLIENT_ID.into(), self.client_id.as_str().into()),
+                (
+                    CLEAN_START.into(),
+                    if self.clean_start { "1" } else { "0" }.into(),
+                ),
+                (AT.into(), self.at.to_string().as_str().into()),
+            ],
+            ..Properties::default()
+        };
+        Publish {
+            dup: false,
+            qos: QoS::AtMostOnce,
+            retain: false,
+            topic: CLAIM_TOPIC.into(),
+            packet_id: None,
+            properties,
+            payload: Bytes::new(),
+        }
+    }
+
+    pub(crate) fn from_publish(publish: &Publish) -> Option<Claim> {
+        Some(Claim {
+            client_id: user_property(publish, CLIENT_ID)?.to_string(),
+            clean_start: user_property(publish, CLEAN_START)? == "1",
+            at: user_property(publish, AT)?.parse().ok()?,
+        })
+    }
+
+    /// When the claiming connection's CONNECT arrived.
+    pub(crate) fn arrival(&self) -> Arrival {
+        Arrival::from_nanos(self.at)
+    }
+}
+
+/// The client identifier a `$cluster/session` message is for.
+pub(crate) fn session_client_id(publish: &Publish) -> Option<&str> {
+    user_property(publish, CLIENT_ID)
+}
+
+fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
+    publish
+        .properties
+        .user_properties
+        .iter()
+        .find(|(k, _)| k.as_str() == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The `$cluster/session` message handing `handed` over for `client_id`.
+pub(crate) fn session_message(client_id: &str, handed: &HandedOver, now: Instant) -> Message {
+    let mut payload = BytesMut::new();
+    let id = PacketId::new(1).expect("non-zero");
+    for (filter, record) in &handed.subscriptions {
+        let subscribe = Subscribe {
+            packet_id: id,
+            filters: vec![(ByteStr::from(&**filter), record.options)],
+            properties: Properties {
+                subscription_identifiers: record.subscription_id.into_iter().collect(),
+                ..Properties::default()
+            },
+        };
+        let _ = encode(
+            &Packet::Subscribe(subscribe),
+            ProtocolVersion::V5,
+            &mut payload,
+        );
+    }
+    for delivery in &handed.deliveries {
+        let message = &delivery.message;
+        let remaining = message
+            .expires_at
+            .map(|at| at.saturating_duration_since(now).as_secs().max(1) as u32);
+        if message.expires_at.is_some_and(|at| at <= now) {
+            continue;
+        }
+        let publish = Publish {
+            dup: delivery.maybe_sent && delivery.qos != QoS::AtMostOnce,
+            qos: delivery.qos,
+            retain: delivery.retain,
+            topic: message.topic.clone(),
+            packet_id: (delivery.qos != QoS::AtMostOnce).then_some(id),
+            properties: Properties {
+                message_expiry_interval: remaining,
+                subscription_identifiers: delivery.subscription_ids.clone(),
+                ..message.properties.clone()
+            },
+            payload: message.payload.clone(),
+        };
+        let _ = encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut payload);
+    }
+    Message::new(
+        SESSION_TOPIC.into(),
+        payload.freeze(),
+        QoS::AtLeastOnce,
+        false,
+        Properties {
+            user_properties: vec![(CLIENT_ID.into(), client_id.into())],
+            ..Properties::default()
+        },
+        None,
+        None,
+    )
+}
+
+/// The session in a `$cluster/session` payload; `None` if it does not decode.
+pub(crate) fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
+    let mut buf = BytesMut::from(payload);
+    let mut handed = HandedOver::default();
+    while !buf.is_empty() {
+        match decode(&mut buf, ProtocolVersion::V5, u32::MAX).ok()?? {
+            Packet::Subscribe(subscribe) => {
+                let subscription_id = subscribe.properties.subscription_identifiers.first();
+                for (filter, options) in subscribe.filters {
+                    let record = SubscriptionRecord {
+                        options,
+                        subscription_id: subscription_id.copied(),
+                    };
+                    handed.subscriptions.push((filter.as_str().into(), record));
+                }
+            }
+            Packet::Publish(publish) => handed.deliveries.push(delivery(publish, now)),
+            _ => return None,
+        }
+    }
+    Some(handed)
+}
+
+fn delivery(publish: Publish, now: Instant) -> Delivery {
+    let expires_at = publish
+        .properties
+        .message_expiry_interval
+        .map(|secs| now + Duration::from_secs(u64::from(secs)));
+    let subscription_ids = publish.properties.subscription_identifiers.clone();
+    let properties = Properties {
+        message_expiry_interval: None,
+        subscription_identifiers: Vec::new(),
+        ..publish.properties
+    };
+    let message = Message::new(
+        publish.topic,
+        publish.payload,
+        publish.qos,
+        publish.retain,
+        properties,
+        expires_at,
+        // A client's message (No Local never matches it again).
+        Some(0),
+    );
+    Delivery {
+        subscription_ids,
+        maybe_sent: publish.dup,
+        ..Delivery::new(Arc::new(message), publish.qos, publish.retain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hayate_codec::SubscriptionOptions;
+
+    #[test]
+    fn a_claim_round_trips() {
+        let claim = Claim {
+            client_id: "a/+/#".into(),
+            clean_start: false,
+            at: 1_234_567,
+        };
+        assert_eq!(Claim::from_publish(&claim.to_publish()), Some(claim));
+    }
+
+    #[test]
+    fn a_session_round_trips_with_options_ids_and_expiry() {
+        let now = Instant::now();
+        let options = SubscriptionOptions {
+            qos: QoS::ExactlyOnce,
+            no_local: true,
+            retain_as_published: true,
+            retain_handling: 2,
+        };
+        let message = Message::new(
+            "t/1".into(),
+            Bytes::from_static(b"p"),
+            QoS::AtLeastOnce,
+            false,
+            Properties::default(),
+            Some(now + Duration::from_secs(30)),
+            Some(7),
+        );
+        let delivery = Delivery {
+            subscription_ids: vec![9],
+            maybe_sent: true,
+            ..Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
+        };
+        let handed = HandedOver {
+            subscriptions: vec![(
+                "t/+".into(),
+                SubscriptionRecord {
+                    options,
+                    subscription_id: Some(9),
+                },
+            )],
+            deliveries: vec![delivery],
+        };
+        let message = session_message("c1", &handed, now);
+        assert_eq!(message.topic.as_str(), SESSION_TOPIC);
+        let back = decode_session(&message.payload, now).expect("decodes");
+        assert_eq!(back.subscriptions.len(), 1);
+        assert_eq!(&*back.subscriptions[0].0, "t/+");
+        assert_eq!(back.subscriptions[0].1.options, options);
+        assert_eq!(back.subscriptions[0].1.subscription_id, Some(9));
+        let d = &back.deliveries[0];
+        assert_eq!(d.message.topic.as_str(), "t/1");
+        assert_eq!(d.qos, QoS::AtLeastOnce);
+        assert!(d.maybe_sent);
+        assert_eq!(d.subscription_ids, vec![9]);
+        let left = d.message.expires_at.unwrap().duration_since(now);
+        assert!(left <= Duration::from_secs(30) && left >= Duration::from_secs(28));
+    }
+}

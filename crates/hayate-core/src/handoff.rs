@@ -1,0 +1,155 @@
+//! A session moving between nodes of a cluster (`docs/CLUSTER.md`, "Sessions"): the node that
+//! has it hands it over when its client connects to another node, and that node takes it.
+
+use crate::cluster::SessionKind;
+use crate::registry::{SessionCell, SubscriptionRecord};
+use crate::router::{RouteOutcome, SubEntry, WakeList};
+use crate::store::{StoreOp, SubscriptionData};
+use crate::Broker;
+use hayate_session::{Arrival, Delivery};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a session held when it was handed over.
+#[derive(Debug, Default)]
+pub struct HandedOver {
+    /// Its subscriptions (full filter text, `$share/...` included).
+    pub subscriptions: Vec<(Box<str>, SubscriptionRecord)>,
+    /// What it still owed its client, in order: in flight (marked possibly sent), then
+    /// queued.
+    pub deliveries: Vec<Delivery>,
+}
+
+impl HandedOver {
+    /// Nothing to hand over.
+    pub fn is_empty(&self) -> bool {
+        self.subscriptions.is_empty() && self.deliveries.is_empty()
+    }
+}
+
+impl Broker {
+    /// The client `client_id` connected to another node at `claimed_at`: disconnects its
+    /// connection here, if any (Session taken over, [MQTT-3.1.4-3]), ends its session here and
+    /// returns what the session held (nothing when `clean_start`). `None` when there is no
+    /// session here, or when the connection here arrived after the claim (the later
+    /// connection wins; the other node hands over to this one).
+    pub fn hand_over(
+        &self,
+        client_id: &str,
+        clean_start: bool,
+        claimed_at: Arrival,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> Option<HandedOver> {
+        let cell = self.registry.get(client_id)?;
+        if cell.kind != SessionKind::Client {
+            return None;
+        }
+        let (handed, doorbell) = {
+            let mut state = cell.state.lock();
+            if state.ended {
+                return None;
+            }
+            let newer_here = state.owner != 0
+                && claimed_at.is_known()
+                && state
+                    .client
+                    .as_ref()
+                    .is_some_and(|client| client.connected > claimed_at);
+            if newer_here {
+                return None;
+            }
+            state.owner = 0;
+            let doorbell = state.doorbell.take();
+            let handed = if clean_start {
+                HandedOver::default()
+            } else {
+                HandedOver {
+                    subscriptions: state
+                        .subscriptions
+                        .iter()
+                        .map(|(filter, record)| (filter.clone(), *record))
+                        .collect(),
+                    deliveries: state.session.take_all_deliveries(),
+                }
+            };
+            (handed, doorbell)
+        };
+        if let Some(doorbell) = doorbell {
+            doorbell.notify_one();
+        }
+        self.end_session(&cell, now, wake);
+        tracing::info!(
+            client_id,
+            subscriptions = handed.subscriptions.len(),
+            messages = handed.deliveries.len(),
+            "session_handed_over"
+        );
+        Some(handed)
+    }
+
+    /// Takes a session handed over by another node into the session `client_id` has here
+    /// (its new connection's): its subscriptions are added where this session has none to the
+    /// same filter, its messages queued after what this session already holds. False when
+    /// there is no such session here (the client left again).
+    pub fn take_over(
+        &self,
+        client_id: &str,
+        handed: HandedOver,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> bool {
+        let Some(cell) = self.registry.get(client_id) else {
+            return false;
+        };
+        let mut added = 0u64;
+        for (filter, record) in handed.subscriptions {
+            if self.add_subscription(&cell, &filter, record) {
+                added += 1;
+            }
+        }
+        crate::stats::Stats::add(&self.stats.subscriptions, added);
+        let mut outcome = RouteOutcome::default();
+        for delivery in handed.deliveries {
+            self.router
+                .deliver(&cell, delivery, now, wake, &mut outcome);
+        }
+        tracing::info!(
+            client_id,
+            subscriptions = added,
+            messages = outcome.delivered,
+            dropped = outcome.dropped,
+            "session_taken_over_from_node"
+        );
+        true
+    }
+
+    /// Adds one subscription to `cell` unless it has one to `filter`; true when added.
+    fn add_subscription(
+        &self,
+        cell: &Arc<SessionCell>,
+        filter: &str,
+        record: SubscriptionRecord,
+    ) -> bool {
+        {
+            let mut state = cell.state.lock();
+            if state.ended || state.subscriptions.contains_key(filter) {
+                return false;
+            }
+            state.subscriptions.insert(filter.into(), record);
+            self.persist_for(&state, || StoreOp::PutSubscription {
+                client_id: cell.client_id.to_string(),
+                subscription: SubscriptionData {
+                    filter: filter.to_string(),
+                    options: crate::persist::options_byte(record.options),
+                    subscription_id: record.subscription_id,
+                },
+            });
+        }
+        let entry = SubEntry {
+            cell: cell.clone(),
+            record,
+        };
+        !self.router.subscribe(filter, entry).replaced
+    }
+}
