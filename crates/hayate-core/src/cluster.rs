@@ -85,7 +85,7 @@ pub enum ClusterEvent {
         /// The peer session's client identifier (`$cluster/NODE`).
         from: Arc<str>,
         /// The message.
-        publish: Publish,
+        publish: Box<Publish>,
     },
 }
 

@@ -92,7 +92,7 @@ impl Channel {
             if let (Some(cluster), Some(client)) = (self.broker.router.cluster(), &self.client) {
                 cluster.event(ClusterEvent::Control {
                     from: client.client_id.clone(),
-                    publish: publish.clone(),
+                    publish: Box::new(publish.clone()),
                 });
             }
             self.acknowledge(&publish, ReasonCode::SUCCESS, None, out);
