@@ -17,12 +17,12 @@ use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
     Subscribe, SubscriptionOptions, Unsubscribe,
 };
-use hayate_core::cluster::{ClusterRoutes, RouteDelta, PEER_CLIENT_PREFIX};
+use hayate_core::cluster::{ClusterRoutes, Route, RouteDelta, PEER_CLIENT_PREFIX, PLAIN_ID};
 use hayate_core::{
     Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
     WakeList,
 };
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -54,8 +54,9 @@ pub(crate) struct Link {
     peer: Arc<str>,
     address: SocketAddr,
     stats: Arc<NodeStats>,
-    /// Filters the other node's session for us has (valid while it keeps the session).
-    subscribed: HashSet<Arc<str>>,
+    /// Filters (with their subscription identifiers) the other node's session for us has
+    /// (valid while it keeps the session).
+    subscribed: HashMap<Arc<str>, u32>,
     ingress: Option<InProcess>,
     /// The first connection starts a new session there.
     first: bool,
@@ -78,7 +79,7 @@ impl Link {
             peer,
             address,
             stats,
-            subscribed: HashSet::new(),
+            subscribed: HashMap::new(),
             ingress: None,
             first: true,
             next_id: 0,
@@ -197,58 +198,92 @@ impl Link {
     }
 
     /// Brings the other node's subscriptions for us to `routes`; on a new session, also asks
-    /// once for every retained message there (a moment's `#` with retain handling 0).
+    /// once for every retained message there (a moment's `#` with retain handling 0 and no
+    /// subscription identifier: what it brings is stored, not routed).
     fn sync_routes(
         &mut self,
         client: &mut NodeClient,
-        routes: Vec<Arc<str>>,
+        routes: Vec<Route>,
         fresh: bool,
     ) -> Result<(), ClusterError> {
-        let wanted: HashSet<Arc<str>> = routes.into_iter().collect();
-        let add: Vec<Arc<str>> = wanted.difference(&self.subscribed).cloned().collect();
-        let remove: Vec<Arc<str>> = self.subscribed.difference(&wanted).cloned().collect();
+        let wanted: HashMap<Arc<str>, u32> = routes.into_iter().map(|r| (r.filter, r.id)).collect();
+        let add: Vec<Route> = wanted
+            .iter()
+            .filter(|(filter, id)| self.subscribed.get(*filter) != Some(id))
+            .map(|(filter, id)| Route {
+                filter: filter.clone(),
+                id: *id,
+            })
+            .collect();
+        let remove: Vec<Arc<str>> = self
+            .subscribed
+            .keys()
+            .filter(|filter| !wanted.contains_key(*filter))
+            .cloned()
+            .collect();
         if fresh {
             let all: Arc<str> = Arc::from(ALL);
-            self.subscribe(client, std::slice::from_ref(&all), 0)?;
-            if !wanted.contains(&all) {
+            self.subscribe_packet(client, std::slice::from_ref(&all), None, 0)?;
+            if !wanted.contains_key(&all) {
                 self.unsubscribe(client, &[all])?;
             }
         }
-        self.subscribe(client, &add, 2)?;
+        self.subscribe(client, &add)?;
         self.unsubscribe(client, &remove)?;
         self.subscribed = wanted;
         Ok(())
     }
 
-    fn subscribe(
+    /// Subscribes to `routes`: the plain filters together, each shared group on its own (a
+    /// SUBSCRIBE carries one subscription identifier).
+    fn subscribe(&mut self, client: &mut NodeClient, routes: &[Route]) -> Result<(), ClusterError> {
+        let (plain, groups): (Vec<&Route>, Vec<&Route>) =
+            routes.iter().partition(|r| r.id == PLAIN_ID);
+        let plain: Vec<Arc<str>> = plain.iter().map(|r| r.filter.clone()).collect();
+        for chunk in plain.chunks(FILTERS_PER_PACKET) {
+            self.subscribe_packet(client, chunk, Some(PLAIN_ID), 2)?;
+        }
+        for route in groups {
+            self.subscribe_packet(
+                client,
+                std::slice::from_ref(&route.filter),
+                Some(route.id),
+                2,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn subscribe_packet(
         &mut self,
         client: &mut NodeClient,
         filters: &[Arc<str>],
+        id: Option<u32>,
         retain_handling: u8,
     ) -> Result<(), ClusterError> {
-        for chunk in filters.chunks(FILTERS_PER_PACKET) {
-            let filters = chunk
-                .iter()
-                .map(|filter| {
-                    let options = SubscriptionOptions {
-                        qos: QoS::ExactlyOnce,
-                        no_local: false,
-                        // The retain flag is the publisher's: the receiving node stores the
-                        // retained messages it is sent.
-                        retain_as_published: true,
-                        retain_handling,
-                    };
-                    (ByteStr::from(&**filter), options)
-                })
-                .collect();
-            let packet_id = self.packet_id();
-            client.queue(&Packet::Subscribe(Subscribe {
-                packet_id,
-                filters,
-                properties: Properties::default(),
-            }))?;
-        }
-        Ok(())
+        let filters = filters
+            .iter()
+            .map(|filter| {
+                let options = SubscriptionOptions {
+                    qos: QoS::ExactlyOnce,
+                    no_local: false,
+                    // The retain flag is the publisher's: the receiving node stores the
+                    // retained messages it is sent.
+                    retain_as_published: true,
+                    retain_handling,
+                };
+                (ByteStr::from(&**filter), options)
+            })
+            .collect();
+        let packet_id = self.packet_id();
+        client.queue(&Packet::Subscribe(Subscribe {
+            packet_id,
+            filters,
+            properties: Properties {
+                subscription_identifiers: id.into_iter().collect(),
+                ..Properties::default()
+            },
+        }))
     }
 
     fn unsubscribe(
@@ -357,13 +392,13 @@ impl Link {
         let mut next = first;
         loop {
             match next {
-                Ok(RouteDelta::Add(filter)) => {
-                    if self.subscribed.insert(filter.clone()) {
-                        add.push(filter);
+                Ok(RouteDelta::Add(route)) => {
+                    if self.subscribed.insert(route.filter.clone(), route.id) != Some(route.id) {
+                        add.push(route);
                     }
                 }
                 Ok(RouteDelta::Remove(filter)) => {
-                    if self.subscribed.remove(&filter) {
+                    if self.subscribed.remove(&filter).is_some() {
                         remove.push(filter);
                     }
                 }
@@ -385,7 +420,7 @@ impl Link {
             };
         }
         // A filter added then removed in the same batch goes out as both, in that order.
-        self.subscribe(client, &add, 2)?;
+        self.subscribe(client, &add)?;
         self.unsubscribe(client, &remove)
     }
 
@@ -419,10 +454,11 @@ impl Link {
             }
             Packet::Publish(publish) => {
                 self.stats.messages_in.fetch_add(1, Ordering::Relaxed);
+                // The subscription identifiers stay: they tell the ingress which of this
+                // node's subscriptions the copy is for.
                 let publish = Publish {
                     properties: Properties {
                         topic_alias: None,
-                        subscription_identifiers: Vec::new(),
                         ..publish.properties
                     },
                     ..publish

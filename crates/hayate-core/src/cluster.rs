@@ -19,7 +19,7 @@
 
 use crate::registry::SessionCell;
 use hayate_codec::Publish;
-use hayate_session::Arrival;
+use hayate_session::{Arrival, PeerScope};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,10 +54,29 @@ impl SessionKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteDelta {
     /// The first client subscription to this filter (full text, `$share/...` included).
-    Add(Arc<str>),
+    Add(Route),
     /// The last client subscription to this filter went away.
     Remove(Arc<str>),
 }
+
+/// A filter of the route set with the subscription identifier its node link subscribes with:
+/// [`PLAIN_ID`] for every non-shared filter, one of its own for each shared group. The other
+/// node echoes the identifiers in what it forwards, so this node knows which of its
+/// subscriptions each copy is for ([`ClusterRoutes::scope_of`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Route {
+    /// The filter.
+    pub filter: Arc<str>,
+    /// Its subscription identifier.
+    pub id: u32,
+}
+
+/// The subscription identifier of every non-shared filter of a route set.
+pub const PLAIN_ID: u32 = 1;
+
+/// The largest subscription identifier (§3.8.2.1.2: a Variable Byte Integer of 1 to
+/// 268,435,455).
+const MAX_ID: u32 = 268_435_455;
 
 /// Changes a link may fall behind by before it has to compare whole route sets again.
 const FEED_CAPACITY: usize = 65_536;
@@ -92,7 +111,7 @@ pub enum ClusterEvent {
 /// The cluster side of a node's router. See the module docs.
 #[derive(Debug)]
 pub struct ClusterRoutes {
-    counts: Mutex<HashMap<Arc<str>, u32>>,
+    routes: Mutex<RouteSet>,
     feed: broadcast::Sender<RouteDelta>,
     peers: RwLock<Vec<Arc<SessionCell>>>,
     events: mpsc::Sender<ClusterEvent>,
@@ -102,6 +121,31 @@ pub struct ClusterRoutes {
     pub prefer_local_shared: bool,
 }
 
+/// Counts per filter, and the identifiers of shared groups.
+#[derive(Debug, Default)]
+struct RouteSet {
+    /// Filter → (client subscriptions, subscription identifier).
+    counts: HashMap<Arc<str>, (u32, u32)>,
+    /// Identifier → shared filter.
+    groups: HashMap<u32, Arc<str>>,
+    last_id: u32,
+}
+
+impl RouteSet {
+    fn next_group_id(&mut self) -> u32 {
+        loop {
+            self.last_id = if self.last_id >= MAX_ID {
+                PLAIN_ID + 1
+            } else {
+                self.last_id.max(PLAIN_ID) + 1
+            };
+            if !self.groups.contains_key(&self.last_id) {
+                return self.last_id;
+            }
+        }
+    }
+}
+
 impl ClusterRoutes {
     /// An empty route set.
     pub fn new(prefer_local_shared: bool) -> ClusterRoutes {
@@ -109,7 +153,7 @@ impl ClusterRoutes {
         ClusterRoutes {
             events,
             events_rx: Mutex::new(Some(events_rx)),
-            counts: Mutex::new(HashMap::new()),
+            routes: Mutex::new(RouteSet::default()),
             feed: broadcast::channel(FEED_CAPACITY).0,
             peers: RwLock::new(Vec::new()),
             prefer_local_shared,
@@ -119,32 +163,65 @@ impl ClusterRoutes {
     /// The current route set and a receiver of every change after it (taken under the same
     /// lock, so nothing is missed or seen twice). A receiver that lags by more than the feed
     /// holds gets `Lagged` and must take the set again.
-    pub fn snapshot(&self) -> (Vec<Arc<str>>, broadcast::Receiver<RouteDelta>) {
-        let counts = self.counts.lock();
-        (counts.keys().cloned().collect(), self.feed.subscribe())
+    pub fn snapshot(&self) -> (Vec<Route>, broadcast::Receiver<RouteDelta>) {
+        let routes = self.routes.lock();
+        let set = routes
+            .counts
+            .iter()
+            .map(|(filter, (_, id))| Route {
+                filter: filter.clone(),
+                id: *id,
+            })
+            .collect();
+        (set, self.feed.subscribe())
+    }
+
+    /// Which of this node's subscriptions a forwarded message carrying `ids` is for.
+    pub fn scope_of(&self, ids: &[u32]) -> PeerScope {
+        let routes = self.routes.lock();
+        let mut scope = PeerScope::default();
+        for id in ids {
+            if *id == PLAIN_ID {
+                scope.plain = true;
+            } else if let Some(filter) = routes.groups.get(id) {
+                if !scope.groups.contains(filter) {
+                    scope.groups.push(filter.clone());
+                }
+            }
+        }
+        scope
     }
 
     /// A client subscription to `filter` was added.
     pub(crate) fn added(&self, filter: &str) {
-        let mut counts = self.counts.lock();
-        if let Some(count) = counts.get_mut(filter) {
+        let mut routes = self.routes.lock();
+        if let Some((count, _)) = routes.counts.get_mut(filter) {
             *count += 1;
             return;
         }
         let filter: Arc<str> = Arc::from(filter);
-        counts.insert(filter.clone(), 1);
-        let _ = self.feed.send(RouteDelta::Add(filter));
+        let id = if filter.starts_with("$share/") {
+            let id = routes.next_group_id();
+            routes.groups.insert(id, filter.clone());
+            id
+        } else {
+            PLAIN_ID
+        };
+        routes.counts.insert(filter.clone(), (1, id));
+        let _ = self.feed.send(RouteDelta::Add(Route { filter, id }));
     }
 
     /// A client subscription to `filter` was removed.
     pub(crate) fn removed(&self, filter: &str) {
-        let mut counts = self.counts.lock();
-        let Some(count) = counts.get_mut(filter) else {
+        let mut routes = self.routes.lock();
+        let Some((count, id)) = routes.counts.get_mut(filter) else {
             return;
         };
         *count -= 1;
         if *count == 0 {
-            if let Some((filter, _)) = counts.remove_entry(filter) {
+            let id = *id;
+            routes.groups.remove(&id);
+            if let Some((filter, _)) = routes.counts.remove_entry(filter) {
                 let _ = self.feed.send(RouteDelta::Remove(filter));
             }
         }
@@ -152,7 +229,7 @@ impl ClusterRoutes {
 
     /// Filters in the route set.
     pub fn len(&self) -> usize {
-        self.counts.lock().len()
+        self.routes.lock().counts.len()
     }
 
     /// True when no client on this node subscribes to anything.
@@ -211,16 +288,53 @@ mod tests {
         while let Ok(delta) = feed.try_recv() {
             seen.push(delta);
         }
+        let group = Route {
+            filter: "$share/g/b".into(),
+            id: 2,
+        };
         assert_eq!(
             seen,
             vec![
-                RouteDelta::Add("a/+".into()),
-                RouteDelta::Add("$share/g/b".into()),
+                RouteDelta::Add(Route {
+                    filter: "a/+".into(),
+                    id: PLAIN_ID
+                }),
+                RouteDelta::Add(group.clone()),
                 RouteDelta::Remove("a/+".into()),
             ]
         );
         let (now, _) = routes.snapshot();
-        assert_eq!(now, vec![Arc::<str>::from("$share/g/b")]);
+        assert_eq!(now, vec![group]);
+    }
+
+    #[test]
+    fn a_forwarded_copy_is_scoped_by_the_identifiers_it_carries() {
+        let routes = ClusterRoutes::new(true);
+        routes.added("a/#");
+        routes.added("$share/g/a/#");
+        routes.added("$share/h/a/#");
+        let (set, _) = routes.snapshot();
+        let id_of = |f: &str| set.iter().find(|r| &*r.filter == f).unwrap().id;
+        let g = id_of("$share/g/a/#");
+        let h = id_of("$share/h/a/#");
+        assert_ne!(g, h);
+        assert_eq!(
+            routes.scope_of(&[PLAIN_ID]),
+            PeerScope {
+                plain: true,
+                groups: vec![]
+            }
+        );
+        assert_eq!(
+            routes.scope_of(&[g]),
+            PeerScope {
+                plain: false,
+                groups: vec!["$share/g/a/#".into()]
+            }
+        );
+        // A group that went away meanwhile: the copy goes nowhere.
+        routes.removed("$share/h/a/#");
+        assert_eq!(routes.scope_of(&[h]), PeerScope::default());
     }
 
     #[test]

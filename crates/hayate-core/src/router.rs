@@ -315,11 +315,17 @@ impl Router {
     ) -> RouteOutcome {
         let mut targets: Vec<Target> = Vec::new();
         let mut groups: Vec<Arc<SharedGroup>> = Vec::new();
+        // A message another node forwarded goes where its scope says: to the plain
+        // subscriptions, to one member of the named groups, or both (`crate::cluster`).
+        let scope = message.from_peer.as_deref();
+        let plain = scope.is_none_or(|scope| scope.plain);
         {
             let index = self.index.read();
-            index.for_each_match(&message.topic, |_filter, _id, entry| {
-                add_target(&mut targets, entry, message);
-            });
+            if plain {
+                index.for_each_match(&message.topic, |_filter, _id, entry| {
+                    add_target(&mut targets, entry, message);
+                });
+            }
             // Under the read lock: no subscription can appear between the match and this.
             self.recent
                 .record(message, self.version.load(Ordering::Relaxed));
@@ -329,7 +335,9 @@ impl Router {
         {
             let shared = self.shared.read();
             shared.for_each_match(&message.topic, |_filter, _group, group| {
-                groups.push(group.clone());
+                if scope.is_none_or(|scope| scope.groups.contains(&group.key)) {
+                    groups.push(group.clone());
+                }
             });
         }
         let mut outcome = RouteOutcome::default();
@@ -355,7 +363,7 @@ impl Router {
     /// whatever it subscribes to: every node keeps every retained message, so a subscription
     /// on any node finds them (`docs/CLUSTER.md`). `$`-topics (`$SYS`) stay on their node.
     fn add_peers_for_retained(&self, targets: &mut Vec<Target>, message: &Message) {
-        if !message.retain || message.from_peer || message.topic.starts_with('$') {
+        if !message.retain || message.from_peer.is_some() || message.topic.starts_with('$') {
             return;
         }
         let Some(cluster) = self.cluster.get() else {
@@ -409,7 +417,7 @@ impl Router {
             let mut online_peer = None;
             for member in (0..n).map(|i| candidates[(start + i) % n]) {
                 let peer = member.cell.kind == SessionKind::Peer;
-                if peer && message.from_peer {
+                if peer && message.from_peer.is_some() {
                     continue;
                 }
                 let state = member.cell.state.lock();
@@ -550,7 +558,7 @@ impl Router {
 fn add_target(targets: &mut Vec<Target>, entry: &SubEntry, message: &Message) {
     // A message from another node of the cluster reached every node that wanted it directly:
     // it is never passed on to a third (`crate::cluster`).
-    if message.from_peer && entry.cell.kind == SessionKind::Peer {
+    if message.from_peer.is_some() && entry.cell.kind == SessionKind::Peer {
         return;
     }
     let options: SubscriptionOptions = entry.record.options;

@@ -16,7 +16,7 @@ mod outbuf;
 mod session;
 
 pub use budget::{MemoryBudget, DELIVERY_OVERHEAD_BYTES};
-pub use message::{publisher_key, Arrival, Delivery, Message, MessageProperties};
+pub use message::{publisher_key, Arrival, Delivery, Message, MessageProperties, PeerScope};
 pub use outbuf::OutBuf;
 pub use session::{
     ConnectionParams, EnqueueOutcome, InboundPublish, JournalEvent, OutflightState, Session,

@@ -38,9 +38,9 @@ pub struct Message {
     /// When the bytes carrying it reached the broker ([`Arrival::UNKNOWN`] for broker-made
     /// messages).
     pub arrival: Arrival,
-    /// It came from another node of a cluster, which forwarded it to every node that wanted it:
-    /// it goes to this node's own clients only.
-    pub from_peer: bool,
+    /// It came from another node of a cluster, which forwarded it to every node that wanted
+    /// it: it goes to this node's own clients only, and only to those the scope says.
+    pub from_peer: Option<Arc<PeerScope>>,
     /// Encoded PUBLISH headers, one per distinct wire form, kept from a form's second use on
     /// and then shared by every further subscriber that receives that form. The first use
     /// encodes straight into its output: most messages go out once, in one form, and caching
@@ -51,6 +51,17 @@ pub struct Message {
     /// The id its body is stored under, once a stored session queued it (the body is written
     /// once however many sessions queue it).
     pub store_id: std::sync::OnceLock<u64>,
+}
+
+/// Why another node of a cluster forwarded a message here: which of this node's
+/// subscriptions it is for. A node forwards one copy for its plain subscriptions and one per
+/// shared group that picked a member here; each copy goes only where it was meant to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerScope {
+    /// For this node's non-shared subscriptions.
+    pub plain: bool,
+    /// For one member of each of these shared groups (full `$share/GROUP/FILTER` text).
+    pub groups: Vec<Arc<str>>,
 }
 
 /// When the bytes of a packet reached the broker: nanoseconds since the Unix epoch, from the
@@ -117,7 +128,7 @@ impl Message {
             publisher,
             publisher_key: 0,
             arrival: Arrival::UNKNOWN,
-            from_peer: false,
+            from_peer: None,
             encoded: Mutex::new(Vec::new()),
             forms_used: AtomicU16::new(0),
             store_id: std::sync::OnceLock::new(),
@@ -125,8 +136,8 @@ impl Message {
     }
 
     /// Marks the message as forwarded by another node of a cluster ([`Message::from_peer`]).
-    pub fn forwarded_by_peer(mut self) -> Message {
-        self.from_peer = true;
+    pub fn forwarded_by_peer(mut self, scope: Arc<PeerScope>) -> Message {
+        self.from_peer = Some(scope);
         self
     }
 

@@ -7,6 +7,7 @@
 #![allow(clippy::missing_panics_doc)]
 
 pub mod blocking;
+pub mod cluster;
 pub mod core;
 pub mod store;
 

@@ -9,7 +9,7 @@ use crate::hooks::ListenerRole;
 use crate::router::WakeList;
 use crate::stats::Stats;
 use hayate_codec::{Packet, Properties, PubResp, Publish, QoS, ReasonCode};
-use hayate_session::{InboundPublish, Message, OutBuf};
+use hayate_session::{InboundPublish, Message, OutBuf, PeerScope};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,9 @@ impl Channel {
                 out,
             ));
         }
-        if !publish.properties.subscription_identifiers.is_empty() {
+        if !publish.properties.subscription_identifiers.is_empty()
+            && self.info.listener.role != ListenerRole::PeerIngress
+        {
             // [MQTT-3.3.4-6] a PUBLISH from a client must not carry a Subscription Identifier.
             return Err(self.close_with(
                 ReasonCode::PROTOCOL_ERROR,
@@ -149,7 +151,12 @@ impl Channel {
         )
         .with_arrival(self.arrival);
         let message = if self.info.listener.role == ListenerRole::PeerIngress {
-            message.forwarded_by_peer()
+            let ids = &publish.properties.subscription_identifiers;
+            let scope = match self.broker.router.cluster() {
+                Some(cluster) => cluster.scope_of(ids),
+                None => PeerScope::default(),
+            };
+            message.forwarded_by_peer(Arc::new(scope))
         } else {
             message
         };

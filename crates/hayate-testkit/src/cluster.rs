@@ -1,0 +1,196 @@
+//! Clusters of real `hayate serve` processes on loopback, for the cluster tests.
+
+use crate::{connect_packet, free_port, RawClient, Received};
+use hayate_codec::{Packet, ProtocolVersion, QoS};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// One node: its process, MQTT and cluster addresses, and its log file.
+pub struct Node {
+    /// The node's name.
+    pub name: String,
+    /// Its MQTT listener.
+    pub mqtt: SocketAddr,
+    /// Its cluster listener (gossip over UDP, links over TCP).
+    pub cluster: SocketAddr,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+    child: Option<Child>,
+    bin: PathBuf,
+    join: Vec<SocketAddr>,
+    extra: Vec<String>,
+}
+
+impl Node {
+    /// Starts `hayate serve` (`bin`) as node `name`, joining `join`, with `extra` arguments.
+    pub fn start(bin: &Path, dir: &Path, name: &str, join: &[SocketAddr], extra: &[&str]) -> Node {
+        let mut node = Node {
+            name: name.to_string(),
+            mqtt: ([127, 0, 0, 1], free_port()).into(),
+            cluster: ([127, 0, 0, 1], free_port()).into(),
+            log: dir.join(format!("{name}.log")),
+            child: None,
+            bin: bin.to_path_buf(),
+            join: join.to_vec(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let mut command = Command::new(&self.bin);
+        command
+            .args(["serve", "--log-level", "info", "-l"])
+            .arg(self.mqtt.to_string())
+            .args(["--node-name", &self.name, "--cluster-listen"])
+            .arg(self.cluster.to_string());
+        if !self.join.is_empty() {
+            let join: Vec<String> = self.join.iter().map(|a| a.to_string()).collect();
+            command.arg("--join").arg(join.join(","));
+        }
+        command.args(&self.extra);
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("hayate serve starts");
+        self.child = Some(child);
+    }
+
+    /// Kills the process with SIGKILL (nothing is flushed, no goodbye to the others).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the node again on the same addresses (a new incarnation).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The node's log so far (for failure messages).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the MQTT listener accepts connections.
+    pub async fn wait_listening(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(self.mqtt).await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {} did not start:\n{}",
+                self.name,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A v5 client connected to this node (`clean_start`).
+    pub async fn client(&self, client_id: &str, clean_start: bool) -> RawClient {
+        let mut client = RawClient::connect_tcp(self.mqtt, ProtocolVersion::V5).await;
+        let connack = client
+            .connect(connect_packet(ProtocolVersion::V5, client_id, clean_start))
+            .await;
+        assert_eq!(connack.reason_code.0, 0, "CONNACK refused: {connack:?}");
+        client
+    }
+
+    /// This node's view of the cluster (`$SYS/broker/cluster/nodes`) as JSON.
+    pub async fn status(&self) -> serde_json::Value {
+        let mut client = RawClient::connect_tcp(self.mqtt, ProtocolVersion::V5).await;
+        client
+            .connect(connect_packet(ProtocolVersion::V5, "", true))
+            .await;
+        client
+            .subscribe("$SYS/broker/cluster/nodes", QoS::AtMostOnce, 1)
+            .await;
+        match client.recv_timeout(Duration::from_secs(5)).await {
+            Received::Packet(Packet::Publish(publish)) => {
+                serde_json::from_slice(&publish.payload).expect("status JSON")
+            }
+            other => panic!("no cluster status from {}: {other:?}", self.name),
+        }
+    }
+
+    /// Waits until this node sees exactly `others` live with their links up.
+    pub async fn wait_sees(&self, others: &[&str], within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let status = self.status().await;
+            let nodes = status["nodes"].as_object().cloned().unwrap_or_default();
+            let up = |name: &str| {
+                nodes.get(name).is_some_and(|n| {
+                    n["live"].as_bool() == Some(true) && n["link_up"].as_bool() == Some(true)
+                })
+            };
+            if others.iter().all(|name| up(name)) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {} does not see {others:?} up: {status}\n{}",
+                self.name,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Nodes started together, each joining the first.
+pub struct Cluster {
+    /// The nodes, `n1`, `n2`, ...
+    pub nodes: Vec<Node>,
+    /// Holds the logs.
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts `count` nodes and waits until every node sees every other one.
+    pub async fn start(bin: &Path, count: usize, extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut nodes: Vec<Node> = Vec::new();
+        for i in 1..=count {
+            let join: Vec<SocketAddr> = nodes.first().map(|n| n.cluster).into_iter().collect();
+            nodes.push(Node::start(bin, dir.path(), &format!("n{i}"), &join, extra));
+        }
+        let cluster = Cluster { nodes, dir };
+        for node in &cluster.nodes {
+            node.wait_listening().await;
+        }
+        cluster.wait_converged(Duration::from_secs(20)).await;
+        cluster
+    }
+
+    /// Waits until every node sees every other one live with its link up.
+    pub async fn wait_converged(&self, within: Duration) {
+        let names: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
+        for node in &self.nodes {
+            let others: Vec<&str> = names
+                .iter()
+                .filter(|n| **n != node.name)
+                .map(String::as_str)
+                .collect();
+            node.wait_sees(&others, within).await;
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Three real `hayate serve` processes on loopback acting as one broker (docs/CLUSTER.md):
+//! messages published on one node reach subscribers on the others at every QoS, once;
+//! wildcards, shared groups and retained messages work across nodes; a client that connects to
+//! another node takes its connection and its session with it; a node killed with SIGKILL is
+//! detected, and a restarted node rejoins.
+
+use hayate_codec::{Packet, PubResp, Publish, QoS};
+use hayate_testkit::cluster::{Cluster, Node};
+use hayate_testkit::{RawClient, Received};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const HAYATE: &str = env!("CARGO_BIN_EXE_hayate");
+
+fn bin() -> &'static Path {
+    Path::new(HAYATE)
+}
+
+/// Publishes probes on `topic` from `publisher` until `subscriber` receives one: the route of
+/// its subscription has reached the publisher's node. Drains the probes.
+async fn await_route(publisher: &mut RawClient, subscriber: &mut RawClient, topic: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        publisher
+            .publish(topic, b"probe", QoS::AtMostOnce, false, 0)
+            .await;
+        if let Received::Packet(Packet::Publish(p)) =
+            subscriber.recv_timeout(Duration::from_millis(200)).await
+        {
+            subscriber.ack(&p).await;
+            // Probes still in flight.
+            while let Received::Packet(Packet::Publish(p)) =
+                subscriber.recv_timeout(Duration::from_millis(300)).await
+            {
+                subscriber.ack(&p).await;
+            }
+            return;
+        }
+        assert!(Instant::now() < deadline, "route for {topic} never arrived");
+    }
+}
+
+/// Every PUBLISH received within `quiet` of the previous one, acknowledged (QoS 2 flows
+/// completed as their PUBRELs come, interleaved with other messages).
+async fn drain(client: &mut RawClient, quiet: Duration) -> Vec<Publish> {
+    let mut got = Vec::new();
+    while let Received::Packet(packet) = client.recv_timeout(quiet).await {
+        match packet {
+            Packet::Publish(publish) => {
+                match (publish.qos, publish.packet_id) {
+                    (QoS::AtLeastOnce, Some(id)) => {
+                        client.send(Packet::PubAck(PubResp::new(id))).await
+                    }
+                    (QoS::ExactlyOnce, Some(id)) => {
+                        client.send(Packet::PubRec(PubResp::new(id))).await
+                    }
+                    _ => {}
+                }
+                got.push(publish);
+            }
+            Packet::PubRel(rel) => {
+                client
+                    .send(Packet::PubComp(PubResp::new(rel.packet_id)))
+                    .await
+            }
+            _ => {}
+        }
+    }
+    got
+}
+
+fn payloads(got: &[Publish]) -> Vec<String> {
+    got.iter()
+        .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_cross_nodes_once_at_every_qos_with_wildcards() {
+    let cluster = Cluster::start(bin(), 3, &[]).await;
+    let [n1, n2, n3] = &cluster.nodes[..] else {
+        unreachable!()
+    };
+    let mut sub2 = n2.client("sub2", true).await;
+    sub2.subscribe("plant/+/temp", QoS::AtLeastOnce, 1).await;
+    let mut sub3 = n3.client("sub3", true).await;
+    // Two overlapping filters: one copy, at the higher QoS.
+    sub3.subscribe("plant/#", QoS::ExactlyOnce, 1).await;
+    sub3.subscribe("plant/7/temp", QoS::AtMostOnce, 2).await;
+    let mut publisher = n1.client("pub", true).await;
+    await_route(&mut publisher, &mut sub2, "plant/0/temp").await;
+    await_route(&mut publisher, &mut sub3, "plant/0/temp").await;
+    drain(&mut sub2, Duration::from_millis(300)).await;
+
+    for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+        .into_iter()
+        .enumerate()
+    {
+        let payload = format!("m{i}");
+        publisher
+            .publish(
+                "plant/7/temp",
+                payload.as_bytes(),
+                qos,
+                false,
+                10 + i as u16,
+            )
+            .await;
+    }
+    publisher
+        .publish("plant/7/pressure", b"p", QoS::AtLeastOnce, false, 20)
+        .await;
+
+    let got2 = drain(&mut sub2, Duration::from_secs(1)).await;
+    assert_eq!(payloads(&got2), ["m0", "m1", "m2"]);
+    assert_eq!(
+        got2.iter().map(|p| p.qos).collect::<Vec<_>>(),
+        [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::AtLeastOnce]
+    );
+    let got3 = drain(&mut sub3, Duration::from_secs(1)).await;
+    assert_eq!(payloads(&got3), ["m0", "m1", "m2", "p"]);
+    assert_eq!(
+        got3.iter().map(|p| p.qos).collect::<Vec<_>>(),
+        [
+            QoS::AtMostOnce,
+            QoS::AtLeastOnce,
+            QoS::ExactlyOnce,
+            QoS::AtLeastOnce
+        ]
+    );
+
+    // An unsubscribe travels too: nothing more reaches sub2.
+    sub2.unsubscribe("plant/+/temp", 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher
+        .publish("plant/7/temp", b"after", QoS::AtLeastOnce, false, 30)
+        .await;
+    sub2.expect_nothing(Duration::from_millis(700)).await;
+    let got3 = drain(&mut sub3, Duration::from_secs(1)).await;
+    assert_eq!(payloads(&got3), ["after"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_group_delivers_each_message_to_one_member_cluster_wide() {
+    let cluster = Cluster::start(bin(), 3, &[]).await;
+    let [n1, n2, n3] = &cluster.nodes[..] else {
+        unreachable!()
+    };
+    let mut m2 = n2.client("m2", true).await;
+    m2.subscribe("$share/g/jobs/#", QoS::AtLeastOnce, 1).await;
+    let mut m3 = n3.client("m3", true).await;
+    m3.subscribe("$share/g/jobs/#", QoS::AtLeastOnce, 1).await;
+    // Routes of both members reach n1 (watched through a plain subscription beside them).
+    let mut w2 = n2.client("w2", true).await;
+    w2.subscribe("jobs/#", QoS::AtMostOnce, 1).await;
+    let mut w3 = n3.client("w3", true).await;
+    w3.subscribe("jobs/#", QoS::AtMostOnce, 1).await;
+    let mut publisher = n1.client("pub", true).await;
+    await_route(&mut publisher, &mut w2, "jobs/probe").await;
+    await_route(&mut publisher, &mut w3, "jobs/probe").await;
+    drain(&mut m2, Duration::from_millis(300)).await;
+    drain(&mut m3, Duration::from_millis(300)).await;
+
+    // No member on n1: the group's messages are shared between the two other nodes.
+    for i in 0..40u16 {
+        let payload = format!("j{i}");
+        publisher
+            .publish("jobs/x", payload.as_bytes(), QoS::AtLeastOnce, false, i + 1)
+            .await;
+    }
+    let got2 = payloads(&drain(&mut m2, Duration::from_secs(1)).await);
+    let got3 = payloads(&drain(&mut m3, Duration::from_secs(1)).await);
+    let mut all: Vec<String> = got2.iter().chain(&got3).cloned().collect();
+    all.sort();
+    let mut expected: Vec<String> = (0..40).map(|i| format!("j{i}")).collect();
+    expected.sort();
+    assert_eq!(all, expected, "each message to exactly one member");
+    assert!(!got2.is_empty() && !got3.is_empty(), "{got2:?} / {got3:?}");
+
+    // With a member on the publishing node, it gets them all (prefer_local_shared).
+    let mut m1 = n1.client("m1", true).await;
+    m1.subscribe("$share/g/jobs/#", QoS::AtLeastOnce, 1).await;
+    for i in 0..10u16 {
+        publisher
+            .publish("jobs/y", b"local", QoS::AtLeastOnce, false, 100 + i)
+            .await;
+    }
+    assert_eq!(drain(&mut m1, Duration::from_secs(1)).await.len(), 10);
+    m2.expect_nothing(Duration::from_millis(300)).await;
+    m3.expect_nothing(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_messages_are_on_every_node() {
+    let cluster = Cluster::start(bin(), 3, &[]).await;
+    let [n1, n2, n3] = &cluster.nodes[..] else {
+        unreachable!()
+    };
+    let mut publisher = n1.client("pub", true).await;
+    publisher
+        .publish("cfg/a", b"A", QoS::AtLeastOnce, true, 1)
+        .await;
+    publisher
+        .publish("cfg/b", b"B", QoS::AtLeastOnce, true, 2)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut late = n3.client("late", true).await;
+    late.subscribe("cfg/#", QoS::AtLeastOnce, 1).await;
+    let mut got = payloads(&drain(&mut late, Duration::from_secs(1)).await);
+    got.sort();
+    assert_eq!(got, ["A", "B"]);
+    assert!(drain(&mut late, Duration::from_millis(10)).await.is_empty());
+
+    // Cleared on another node: gone everywhere.
+    let mut other = n2.client("other", true).await;
+    other.publish("cfg/a", b"", QoS::AtLeastOnce, true, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut later = n3.client("later", true).await;
+    later.subscribe("cfg/#", QoS::AtLeastOnce, 1).await;
+    assert_eq!(
+        payloads(&drain(&mut later, Duration::from_secs(1)).await),
+        ["B"]
+    );
+
+    // A node that joins afterwards gets them too.
+    let mut n4 = Node::start(bin(), cluster.dir.path(), "n4", &[n1.cluster], &[]);
+    n4.wait_listening().await;
+    n4.wait_sees(&["n1", "n2", "n3"], Duration::from_secs(20))
+        .await;
+    let mut fresh = n4.client("fresh", true).await;
+    fresh.subscribe("cfg/#", QoS::AtLeastOnce, 1).await;
+    assert_eq!(
+        payloads(&drain(&mut fresh, Duration::from_secs(1)).await),
+        ["B"]
+    );
+    n4.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_takes_its_connection_and_session_to_another_node() {
+    let cluster = Cluster::start(bin(), 3, &[]).await;
+    let [n1, n2, n3] = &cluster.nodes[..] else {
+        unreachable!()
+    };
+    // A persistent session on n1, offline, with messages queued for it.
+    let mut client = RawClient::connect_tcp(n1.mqtt, hayate_codec::ProtocolVersion::V5).await;
+    let mut connect =
+        hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "mover", true);
+    connect.properties.session_expiry_interval = Some(600);
+    client.connect(connect.clone()).await;
+    client.subscribe("orders/#", QoS::AtLeastOnce, 1).await;
+    let mut publisher = n2.client("pub", true).await;
+    let mut watcher = n1.client("watch", true).await;
+    watcher.subscribe("orders/#", QoS::AtMostOnce, 1).await;
+    await_route(&mut publisher, &mut watcher, "orders/probe").await;
+    drain(&mut client, Duration::from_millis(300)).await;
+    client.drop_connection().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..5u16 {
+        let payload = format!("o{i}");
+        publisher
+            .publish(
+                "orders/x",
+                payload.as_bytes(),
+                QoS::AtLeastOnce,
+                false,
+                i + 1,
+            )
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // It comes back on n3: the queued messages follow, and so does the subscription.
+    let mut moved = RawClient::connect_tcp(n3.mqtt, hayate_codec::ProtocolVersion::V5).await;
+    connect.clean_start = false;
+    moved.connect(connect.clone()).await;
+    let got = payloads(&drain(&mut moved, Duration::from_secs(2)).await);
+    assert_eq!(got, ["o0", "o1", "o2", "o3", "o4"], "{}", n1.log_text());
+    publisher
+        .publish("orders/y", b"live", QoS::AtLeastOnce, false, 50)
+        .await;
+    // The subscription now lives on n3; the route may take a moment to reach n2.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = payloads(&drain(&mut moved, Duration::from_millis(500)).await);
+        if got.iter().any(|p| p == "live" || p == "again") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the moved subscription gets nothing"
+        );
+        publisher
+            .publish("orders/y", b"again", QoS::AtLeastOnce, false, 51)
+            .await;
+    }
+
+    // Connected on n3, it connects again on n1: n3 disconnects it (Session taken over).
+    let _again = n1.client("mover", false).await;
+    let closing = moved.expect_closed().await;
+    let taken_over = closing.iter().any(|p| {
+        matches!(p, Packet::Disconnect(d) if d.reason_code == hayate_codec::ReasonCode::SESSION_TAKEN_OVER)
+    });
+    assert!(taken_over, "expected DISCONNECT 0x8E, got {closing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_is_detected_and_a_restarted_one_rejoins() {
+    let mut cluster = Cluster::start(bin(), 3, &[]).await;
+    let killed_at = Instant::now();
+    cluster.nodes[2].kill();
+    // n1 sees n3 dead.
+    let deadline = killed_at + Duration::from_secs(20);
+    let detected = loop {
+        let status = cluster.nodes[0].status().await;
+        if status["nodes"]["n3"]["live"].as_bool() == Some(false) {
+            break killed_at.elapsed();
+        }
+        assert!(Instant::now() < deadline, "n3 never seen dead: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("kill -9 of n3 detected by n1 after {detected:?}");
+    // n1 and n2 go on serving each other.
+    let mut sub = cluster.nodes[1].client("s", true).await;
+    sub.subscribe("after/kill", QoS::AtLeastOnce, 1).await;
+    let mut publisher = cluster.nodes[0].client("p", true).await;
+    await_route(&mut publisher, &mut sub, "after/kill").await;
+
+    // n3 comes back (a new incarnation) and gets messages from n1 again.
+    cluster.nodes[2].restart();
+    cluster.nodes[2].wait_listening().await;
+    cluster.wait_converged(Duration::from_secs(20)).await;
+    let mut back = cluster.nodes[2].client("back", true).await;
+    back.subscribe("after/restart", QoS::AtLeastOnce, 1).await;
+    await_route(&mut publisher, &mut back, "after/restart").await;
+    publisher
+        .publish("after/restart", b"hello", QoS::AtLeastOnce, false, 7)
+        .await;
+    let got = payloads(&drain(&mut back, Duration::from_secs(1)).await);
+    assert_eq!(got, ["hello"]);
+}
