@@ -37,6 +37,14 @@ pub struct ClusterConfig {
     /// usual value: a node missing about 8 × its usual heartbeat spacing).
     #[serde(default = "default_phi_threshold")]
     pub phi_threshold: f64,
+    /// While some known node is unreachable, accept client CONNECTs (VerneMQ's
+    /// `allow_register_during_netsplit`); off: refuse them with Server unavailable.
+    #[serde(default = "yes")]
+    pub allow_register_during_netsplit: bool,
+    /// While some known node is unreachable, accept QoS 1/2 PUBLISH (VerneMQ's
+    /// `allow_publish_during_netsplit`); off: refuse them (v5 0x97, v3 disconnected).
+    #[serde(default = "yes")]
+    pub allow_publish_during_netsplit: bool,
     /// How long a dead node's state is kept here (its session of forwarded messages, the
     /// messages queued for it) in case it comes back, in seconds.
     #[serde(default = "default_dead_node_grace_secs")]
@@ -80,6 +88,8 @@ impl ClusterConfig {
             join,
             secret: None,
             prefer_local_shared: true,
+            allow_register_during_netsplit: true,
+            allow_publish_during_netsplit: true,
             gossip_interval_ms: default_gossip_interval_ms(),
             phi_threshold: default_phi_threshold(),
             dead_node_grace_secs: default_dead_node_grace_secs(),
@@ -104,6 +114,14 @@ impl ClusterConfig {
             return Err(ClusterConfigError::Range("phi_threshold"));
         }
         Ok(())
+    }
+
+    /// The netsplit policy for the core.
+    pub fn split_policy(&self) -> hayate_core::cluster::SplitPolicy {
+        hayate_core::cluster::SplitPolicy {
+            allow_register: self.allow_register_during_netsplit,
+            allow_publish: self.allow_publish_during_netsplit,
+        }
     }
 
     /// The address the other nodes reach this one at.

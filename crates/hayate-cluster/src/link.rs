@@ -46,6 +46,8 @@ pub(crate) struct LinkContext {
     pub routes: Arc<ClusterRoutes>,
     pub self_name: Arc<str>,
     pub secret: Option<Arc<str>>,
+    /// The node keeps its sessions in a store (see `crate::start`).
+    pub durable: bool,
 }
 
 /// One link, alive across reconnections to the same incarnation of the other node.
@@ -123,11 +125,14 @@ impl Link {
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), ClusterError> {
         let client_id = format!("{PEER_CLIENT_PREFIX}{}", self.ctx.self_name);
+        // Without a store, this node's first connection starts a new session there: the
+        // clients it queued for are gone. With one, it resumes (see `crate::start`).
+        let clean_start = self.first && !self.ctx.durable;
         let connected = NodeClient::connect(
             self.address,
             &client_id,
             self.ctx.secret.as_deref(),
-            self.first,
+            clean_start,
             KEEP_ALIVE_SECS,
             u32::MAX,
         )

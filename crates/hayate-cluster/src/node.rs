@@ -6,7 +6,9 @@ use crate::link::{Link, LinkContext};
 use crate::status::{NodeStatus, Status, STATUS_TOPIC};
 use crate::{ClusterConfig, ClusterError, NodeStats};
 use chitchat::transport::UdpTransport;
-use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
+use chitchat::{
+    spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState,
+};
 use hayate_codec::{Publish, QoS};
 use hayate_core::cluster::{ClusterEvent, ClusterRoutes, PEER_CLIENT_PREFIX};
 use hayate_core::router::RouteOutcome;
@@ -19,6 +21,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+/// Set by a node that is shutting down (and leaving the cluster).
+const LEAVING_KEY: &str = "leaving";
 /// The gossip cluster id: nodes of other systems on the same port are not mixed in.
 const CLUSTER_ID: &str = "hayate";
 /// Claims waiting for a link that is down; beyond this the oldest are not sent (the client
@@ -53,12 +57,21 @@ impl ClusterHandle {
 /// Makes `broker` a node of the cluster `config` describes. Call before the broker restores
 /// stored sessions or accepts clients, so that every client subscription is counted in the
 /// node's route set. Runs until `shutdown` turns true.
+///
+/// `durable`: the broker keeps its sessions in a store. Links then resume their sessions on
+/// the other nodes even across this node's restart, so that what the others queued for it
+/// meanwhile (for its clients' persistent sessions) is delivered; without a store they start
+/// new ones, as this node's clients' sessions are gone anyway.
 pub async fn start(
     broker: Arc<Broker>,
     config: ClusterConfig,
+    durable: bool,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ClusterHandle, ClusterError> {
-    let routes = Arc::new(ClusterRoutes::new(config.prefer_local_shared));
+    let routes = Arc::new(ClusterRoutes::with_policy(
+        config.prefer_local_shared,
+        config.split_policy(),
+    ));
     if !broker.router.attach_cluster(routes.clone()) {
         return Err(ClusterError::Gossip(
             "the broker is already in a cluster".into(),
@@ -97,9 +110,11 @@ pub async fn start(
             routes,
             self_name: Arc::from(config.node_name.as_str()),
             secret: config.secret.as_deref().map(Arc::from),
+            durable,
         },
         self_id,
         grace,
+        gossip_interval,
         peers: HashMap::new(),
         last_status: String::new(),
     };
@@ -111,6 +126,7 @@ struct Node {
     ctx: LinkContext,
     self_id: ChitchatId,
     grace: Duration,
+    gossip_interval: Duration,
     peers: HashMap<Arc<str>, Peer>,
     last_status: String,
 }
@@ -124,8 +140,13 @@ impl Node {
             return;
         };
         loop {
-            let snapshot: Vec<ChitchatId> = live.borrow_and_update().keys().cloned().collect();
-            self.reconcile(&snapshot);
+            let snapshot: Vec<ChitchatId> = live
+                .borrow_and_update()
+                .iter()
+                .filter(|(_, state)| state.get(LEAVING_KEY).is_none())
+                .map(|(id, _)| id.clone())
+                .collect();
+            self.reconcile(&snapshot, &live.borrow());
             self.publish_status();
             tokio::select! {
                 changed = live.changed() => {
@@ -147,6 +168,12 @@ impl Node {
                 }
             }
         }
+        // Leaving: the others forget this node at once instead of waiting for it as for a
+        // node that failed (and counting the cluster as split meanwhile).
+        chitchat
+            .with_chitchat(|chitchat| chitchat.self_node_state().set(LEAVING_KEY, "1"))
+            .await;
+        tokio::time::sleep(self.gossip_interval * 3).await;
         for (_, peer) in self.peers.drain() {
             let _ = peer.stop.send(true);
             let _ = peer.task.await;
@@ -220,8 +247,27 @@ impl Node {
 
     /// Starts a link to every live node that has none (or a link to an older incarnation),
     /// marks the others dead, and forgets those dead for longer than the grace period.
-    fn reconcile(&mut self, live: &[ChitchatId]) {
+    fn reconcile(&mut self, live: &[ChitchatId], states: &BTreeMap<ChitchatId, NodeState>) {
         let now = Instant::now();
+        // Nodes that announced they are leaving are forgotten now.
+        let leaving: Vec<Arc<str>> = states
+            .iter()
+            .filter(|(id, state)| {
+                state.get(LEAVING_KEY).is_some()
+                    && self
+                        .peers
+                        .get(&id.node_id)
+                        .is_some_and(|p| p.generation == id.generation_id)
+            })
+            .map(|(id, _)| id.node_id.clone())
+            .collect();
+        for name in leaving {
+            if let Some(peer) = self.peers.remove(&name) {
+                let _ = peer.stop.send(true);
+            }
+            self.end_peer_session(&name, now);
+            tracing::info!(peer = %name, "cluster_node_left");
+        }
         let mut seen: Vec<Arc<str>> = Vec::new();
         for id in live.iter().filter(|id| id.node_id != self.self_id.node_id) {
             seen.push(id.node_id.clone());
@@ -231,6 +277,13 @@ impl Node {
                     if peer.dead_since.take().is_some() {
                         tracing::info!(peer = %id.node_id, "cluster_node_back");
                     }
+                }
+                Some(peer) if peer.address == id.gossip_advertise_addr => {
+                    // Restarted at the same address: the link keeps what it knows of its
+                    // session there and reconnects by itself.
+                    tracing::info!(peer = %id.node_id, generation = id.generation_id, "cluster_node_restarted");
+                    peer.generation = id.generation_id;
+                    peer.dead_since = None;
                 }
                 _ => {
                     if let Some(old) = self.peers.remove(&id.node_id) {
@@ -257,6 +310,11 @@ impl Node {
                 Some(since) if now.duration_since(since) >= self.grace => forget.push(name.clone()),
                 Some(_) => {}
             }
+        }
+        let split = self.peers.values().any(|p| p.dead_since.is_some());
+        if split != self.ctx.routes.is_split() {
+            tracing::warn!(split, "cluster_split_state");
+            self.ctx.routes.set_split(split);
         }
         for name in forget {
             if let Some(peer) = self.peers.remove(&name) {

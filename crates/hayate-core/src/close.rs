@@ -107,6 +107,9 @@ pub enum CloseReason {
     /// CONNECT refused: a peer session's client id on a client listener, or a client's on the
     /// cluster listener (`crate::cluster`).
     ClientIdReserved,
+    /// CONNECT (or a v3 QoS 1/2 PUBLISH) refused: the cluster may be split and the netsplit
+    /// policy refuses it.
+    ClusterSplit,
     /// CONNECT refused: invalid will topic.
     InvalidWillTopic,
     /// CONNECT refused: will QoS above the Maximum QoS.
@@ -155,6 +158,7 @@ impl CloseReason {
             EmptyClientId => "empty_client_id",
             ClientIdTooLong => "client_id_too_long",
             ClientIdReserved => "client_id_reserved",
+            ClusterSplit => "cluster_split",
             InvalidWillTopic => "invalid_will_topic",
             WillQosNotSupported => "will_qos_not_supported",
             WillRetainNotSupported => "will_retain_not_supported",

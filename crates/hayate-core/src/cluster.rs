@@ -119,6 +119,33 @@ pub struct ClusterRoutes {
     /// Shared-subscription groups deliver to a member on this node when one is online, and
     /// to another node's members only otherwise.
     pub prefer_local_shared: bool,
+    /// What clients may do while a known node is unreachable ([`SplitPolicy`]).
+    pub split_policy: SplitPolicy,
+    /// Some known node is unreachable (gossip has it dead and it was not yet forgotten): the
+    /// cluster may be split, and [`SplitPolicy`] applies.
+    split: std::sync::atomic::AtomicBool,
+}
+
+/// What clients may do while the cluster may be split (some known node unreachable), after
+/// VerneMQ's `allow_register_during_netsplit` / `allow_publish_during_netsplit`. Both allowed
+/// favours availability: each side serves its clients, and a client connected on both sides
+/// meanwhile is disconnected from one when they heal. Refusing favours consistency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitPolicy {
+    /// CONNECT is accepted (else refused with Server unavailable, v5 0x88 / v3 3).
+    pub allow_register: bool,
+    /// QoS 1/2 PUBLISH is accepted (else refused: v5 PUBACK/PUBREC 0x97 Quota exceeded, a v3
+    /// client is disconnected, so nothing is acknowledged that the split might lose).
+    pub allow_publish: bool,
+}
+
+impl Default for SplitPolicy {
+    fn default() -> Self {
+        SplitPolicy {
+            allow_register: true,
+            allow_publish: true,
+        }
+    }
 }
 
 /// Counts per filter, and the identifiers of shared groups.
@@ -149,8 +176,15 @@ impl RouteSet {
 impl ClusterRoutes {
     /// An empty route set.
     pub fn new(prefer_local_shared: bool) -> ClusterRoutes {
+        ClusterRoutes::with_policy(prefer_local_shared, SplitPolicy::default())
+    }
+
+    /// An empty route set with a netsplit policy.
+    pub fn with_policy(prefer_local_shared: bool, split_policy: SplitPolicy) -> ClusterRoutes {
         let (events, events_rx) = mpsc::channel(EVENTS_CAPACITY);
         ClusterRoutes {
+            split_policy,
+            split: std::sync::atomic::AtomicBool::new(false),
             events,
             events_rx: Mutex::new(Some(events_rx)),
             routes: Mutex::new(RouteSet::default()),
@@ -253,6 +287,27 @@ impl ClusterRoutes {
     /// The peer sessions on this node.
     pub fn peers(&self) -> Vec<Arc<SessionCell>> {
         self.peers.read().clone()
+    }
+
+    /// Sets whether some known node is unreachable (the cluster task, from gossip).
+    pub fn set_split(&self, split: bool) {
+        self.split
+            .store(split, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether some known node is unreachable.
+    pub fn is_split(&self) -> bool {
+        self.split.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A client CONNECT is refused now (split, and the policy says so).
+    pub fn refuses_register(&self) -> bool {
+        !self.split_policy.allow_register && self.is_split()
+    }
+
+    /// A client's QoS 1/2 PUBLISH is refused now (split, and the policy says so).
+    pub fn refuses_publish(&self) -> bool {
+        !self.split_policy.allow_publish && self.is_split()
     }
 
     /// The receiver of [`ClusterEvent`]s, once (for the cluster task).

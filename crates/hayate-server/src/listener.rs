@@ -57,10 +57,15 @@ impl Server {
         // In a cluster, before stored sessions come back: their subscriptions count in the
         // node's route set.
         if let Some(cluster) = &config.cluster {
-            let handle =
-                hayate_cluster::start(broker.clone(), cluster.clone(), shutdown_rx.clone())
-                    .await
-                    .map_err(io::Error::other)?;
+            let durable = config.storage.enabled_dir().is_some();
+            let handle = hayate_cluster::start(
+                broker.clone(),
+                cluster.clone(),
+                durable,
+                shutdown_rx.clone(),
+            )
+            .await
+            .map_err(io::Error::other)?;
             tasks.spawn(handle.wait());
         }
         let store = match config.storage.enabled_dir() {

@@ -73,6 +73,17 @@ impl Node {
         }
     }
 
+    /// Stops the process with SIGTERM (a graceful shutdown: it leaves the cluster) and waits
+    /// for it to exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+
     /// Starts the node again on the same addresses (a new incarnation).
     pub fn restart(&mut self) {
         self.kill();

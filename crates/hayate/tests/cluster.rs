@@ -339,3 +339,89 @@ async fn a_killed_node_is_detected_and_a_restarted_one_rejoins() {
     let got = payloads(&drain(&mut back, Duration::from_secs(1)).await);
     assert_eq!(got, ["hello"]);
 }
+
+/// Waits until `node`'s status for `peer` satisfies `check`.
+async fn wait_status(node: &Node, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = node.status().await;
+        if check(&status) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: never {what}: {status}",
+            node.name
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_netsplit_policy_applies_while_a_node_is_unreachable_and_a_leaving_node_is_no_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("strict.toml");
+    std::fs::write(
+        &conf,
+        "[cluster]\nnode_name = \"x\"\nlisten = \"127.0.0.1:1\"\n\
+         allow_register_during_netsplit = false\nallow_publish_during_netsplit = false\n",
+    )
+    .unwrap();
+    let conf = conf.to_string_lossy().into_owned();
+    let mut cluster = Cluster::start(bin(), 3, &["-c", &conf]).await;
+    let mut publisher = cluster.nodes[0].client("before", true).await;
+    publisher
+        .publish("t", b"ok", QoS::AtLeastOnce, false, 1)
+        .await;
+
+    // n3 killed: n1 cannot tell a dead node from a split, and refuses what the policy says.
+    cluster.nodes[2].kill();
+    wait_status(&cluster.nodes[0], "sees n3 dead", |s| {
+        s["nodes"]["n3"]["live"].as_bool() == Some(false)
+    })
+    .await;
+    assert_eq!(
+        publisher.publish_reason("t", QoS::AtLeastOnce, 2).await,
+        0x97,
+        "QoS 1 refused during a split"
+    );
+    let mut refused =
+        RawClient::connect_tcp(cluster.nodes[0].mqtt, hayate_codec::ProtocolVersion::V5).await;
+    let connack = refused
+        .connect(hayate_testkit::connect_packet(
+            hayate_codec::ProtocolVersion::V5,
+            "during",
+            true,
+        ))
+        .await;
+    assert_eq!(
+        connack.reason_code.0, 0x88,
+        "CONNECT refused during a split"
+    );
+
+    // n3 back: everything is accepted again.
+    cluster.nodes[2].restart();
+    cluster.nodes[2].wait_listening().await;
+    cluster.wait_converged(Duration::from_secs(20)).await;
+    wait_status(&cluster.nodes[0], "sees no split", |s| {
+        s["nodes"]["n3"]["live"].as_bool() == Some(true)
+    })
+    .await;
+    let mut publisher = cluster.nodes[0].client("after", true).await;
+    assert_eq!(
+        publisher.publish_reason("t", QoS::AtLeastOnce, 3).await,
+        0x10
+    );
+
+    // n2 leaves (SIGTERM): forgotten at once, not a split.
+    cluster.nodes[1].terminate();
+    wait_status(&cluster.nodes[0], "forgets n2", |s| {
+        s["nodes"].get("n2").is_none()
+    })
+    .await;
+    let _accepted = cluster.nodes[0].client("after-leave", true).await;
+    assert_eq!(
+        publisher.publish_reason("t", QoS::AtLeastOnce, 4).await,
+        0x10
+    );
+}

@@ -79,6 +79,24 @@ impl Channel {
             ));
         }
 
+        // A client identifier the server assigned cannot be in use on the other side of a
+        // split: only chosen identifiers need the registration the policy is about.
+        let split_refusal = self.info.listener.role == ListenerRole::Clients
+            && assigned.is_none()
+            && !connect.client_id.is_empty()
+            && self
+                .broker
+                .router
+                .cluster()
+                .is_some_and(|cluster| cluster.refuses_register());
+        if split_refusal {
+            return Err(self.refuse(
+                ReasonCode::SERVER_UNAVAILABLE,
+                CloseReason::ClusterSplit,
+                out,
+            ));
+        }
+
         // Will checks: a valid topic name, and QoS / retain the server supports.
         if let Some(will) = &connect.will {
             if hayate_topic::validate_topic_name(&will.topic).is_err() {

@@ -126,6 +126,15 @@ impl Channel {
             return Ok(());
         }
 
+        let split_refusal = self.info.listener.role == ListenerRole::Clients
+            && self
+                .broker
+                .router
+                .cluster()
+                .is_some_and(|cluster| cluster.refuses_publish());
+        if publish.qos != QoS::AtMostOnce && split_refusal {
+            return self.refuse_during_split(&publish, out);
+        }
         if publish.qos != QoS::AtMostOnce
             && self
                 .broker
@@ -246,6 +255,18 @@ impl Channel {
             CloseReason::StoreUnavailable,
             out,
         ))
+    }
+
+    /// A QoS 1/2 PUBLISH while the cluster may be split and `allow_publish_during_netsplit` is
+    /// off: refused (v5) or the connection closed (v3), never acknowledged.
+    fn refuse_during_split(&mut self, publish: &Publish, out: &mut OutBuf) -> Result<(), Close> {
+        tracing::debug!(client_id = ?self.client_id(), "publish_refused_cluster_split");
+        if self.version.is_v5() && self.held.is_none() {
+            self.refuse_publish(publish, ReasonCode::QUOTA_EXCEEDED, out);
+            return Ok(());
+        }
+        self.forget_qos2(publish, out);
+        Err(self.close_with(ReasonCode::QUOTA_EXCEEDED, CloseReason::ClusterSplit, out))
     }
 
     fn forget_qos2(&mut self, publish: &Publish, out: &mut OutBuf) {
