@@ -331,6 +331,27 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_cluster_table_loads_with_every_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hayate.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let table: String = text
+            .split("# [cluster]\n")
+            .nth(1)
+            .expect("hayate.toml documents [cluster]")
+            .lines()
+            .filter_map(|line| line.strip_prefix("# "))
+            .filter(|line| line.contains(" = "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config = Config::from_toml(&format!("[cluster]\n{table}\n"), "hayate.toml").unwrap();
+        let cluster = config.cluster.clone().expect("[cluster]");
+        assert_eq!(cluster.node_name, "n1");
+        assert!(cluster.allow_register_during_netsplit && cluster.prefer_local_shared);
+        assert_eq!(cluster.dead_node_grace_secs, 60);
+        config.validate().unwrap();
+    }
+
+    #[test]
     fn unknown_key_is_an_error_naming_the_key() {
         let error = Config::from_toml("[broker]\nmax_pakcet_size = 10\n", "test").unwrap_err();
         assert!(error.to_string().contains("max_pakcet_size"), "{error}");
