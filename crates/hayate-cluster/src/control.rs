@@ -29,6 +29,17 @@ pub(crate) const SESSION_TOPIC: &str = "$cluster/session";
 const CLIENT_ID: &str = "client_id";
 const CLEAN_START: &str = "clean_start";
 const AT: &str = "at";
+const PRESENT: &str = "present";
+
+/// Another node's answer to a claim of this node's.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// The answering node.
+    pub from: Arc<str>,
+    pub client_id: String,
+    /// The session it handed over; `None` when it had none.
+    pub handed: Option<HandedOver>,
+}
 
 /// A decoded `$cluster/claim`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,9 +87,17 @@ impl Claim {
     }
 }
 
-/// The client identifier a `$cluster/session` message is for.
-pub(crate) fn session_client_id(publish: &Publish) -> Option<&str> {
-    user_property(publish, CLIENT_ID)
+/// A decoded `$cluster/session`: for which client, and the session (`None`: the sending
+/// node had none). `None` when it does not decode.
+pub(crate) fn decode_answer(
+    publish: &Publish,
+    now: Instant,
+) -> Option<(String, Option<HandedOver>)> {
+    let client_id = user_property(publish, CLIENT_ID)?.to_string();
+    if user_property(publish, PRESENT)? != "1" {
+        return Some((client_id, None));
+    }
+    Some((client_id, Some(decode_session(&publish.payload, now)?)))
 }
 
 fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
@@ -90,8 +109,17 @@ fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The `$cluster/session` message handing `handed` over for `client_id`.
-pub(crate) fn session_message(client_id: &str, handed: &HandedOver, now: Instant) -> Message {
+/// The `$cluster/session` message answering a claim for `client_id`: the session handed
+/// over, or `None` when this node had none (the user property `present` tells them apart,
+/// as a session may be present and empty).
+pub(crate) fn session_message(
+    client_id: &str,
+    handed: Option<&HandedOver>,
+    now: Instant,
+) -> Message {
+    let empty = HandedOver::default();
+    let present = handed.is_some();
+    let handed = handed.unwrap_or(&empty);
     let mut payload = BytesMut::new();
     let id = PacketId::new(1).expect("non-zero");
     for (filter, record) in &handed.subscriptions {
@@ -138,7 +166,10 @@ pub(crate) fn session_message(client_id: &str, handed: &HandedOver, now: Instant
         QoS::AtLeastOnce,
         false,
         Properties {
-            user_properties: vec![(CLIENT_ID.into(), client_id.into())],
+            user_properties: vec![
+                (CLIENT_ID.into(), client_id.into()),
+                (PRESENT.into(), if present { "1" } else { "0" }.into()),
+            ],
             ..Properties::default()
         },
         None,
@@ -147,7 +178,7 @@ pub(crate) fn session_message(client_id: &str, handed: &HandedOver, now: Instant
 }
 
 /// The session in a `$cluster/session` payload; `None` if it does not decode.
-pub(crate) fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
+fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
     let mut buf = BytesMut::from(payload);
     let mut handed = HandedOver::default();
     while !buf.is_empty() {
@@ -202,6 +233,34 @@ mod tests {
     use super::*;
     use hayate_codec::SubscriptionOptions;
 
+    fn as_publish(message: &Message) -> Publish {
+        Publish {
+            dup: false,
+            qos: message.qos,
+            retain: false,
+            topic: message.topic.clone(),
+            packet_id: PacketId::new(1),
+            properties: message.properties.clone(),
+            payload: message.payload.clone(),
+        }
+    }
+
+    #[test]
+    fn no_session_is_told_apart_from_an_empty_one() {
+        let now = Instant::now();
+        let none = session_message("c", None, now);
+        assert_eq!(
+            decode_answer(&as_publish(&none), now)
+                .unwrap()
+                .1
+                .map(|_| ()),
+            None
+        );
+        let empty = session_message("c", Some(&HandedOver::default()), now);
+        let (_, got) = decode_answer(&as_publish(&empty), now).unwrap();
+        assert!(got.expect("present").is_empty());
+    }
+
     #[test]
     fn a_claim_round_trips() {
         let claim = Claim {
@@ -245,9 +304,11 @@ mod tests {
             )],
             deliveries: vec![delivery],
         };
-        let message = session_message("c1", &handed, now);
+        let message = session_message("c1", Some(&handed), now);
         assert_eq!(message.topic.as_str(), SESSION_TOPIC);
-        let back = decode_session(&message.payload, now).expect("decodes");
+        let (client_id, back) = decode_answer(&as_publish(&message), now).expect("decodes");
+        assert_eq!(client_id, "c1");
+        let back = back.expect("present");
         assert_eq!(back.subscriptions.len(), 1);
         assert_eq!(&*back.subscriptions[0].0, "t/+");
         assert_eq!(back.subscriptions[0].1.options, options);

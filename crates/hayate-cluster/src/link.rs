@@ -11,7 +11,7 @@
 //! same session there: what was queued or in flight meanwhile is delivered then.
 
 use crate::client::NodeClient;
-use crate::control::{decode_session, session_client_id, SESSION_TOPIC};
+use crate::control::{decode_answer, Answer, SESSION_TOPIC};
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
@@ -20,7 +20,6 @@ use hayate_codec::{
 use hayate_core::cluster::{ClusterRoutes, Route, RouteDelta, PEER_CLIENT_PREFIX, PLAIN_ID};
 use hayate_core::{
     Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
-    WakeList,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -48,6 +47,8 @@ pub(crate) struct LinkContext {
     pub secret: Option<Arc<str>>,
     /// The node keeps its sessions in a store (see `crate::start`).
     pub durable: bool,
+    /// Answers to this node's claims, for the node task.
+    pub answers: mpsc::Sender<Answer>,
 }
 
 /// One link, alive across reconnections to the same incarnation of the other node.
@@ -498,14 +499,15 @@ impl Link {
         now: Instant,
     ) -> Result<(), ClusterError> {
         if publish.topic.as_str() == SESSION_TOPIC {
-            let handed = session_client_id(&publish)
-                .and_then(|id| Some((id, decode_session(&publish.payload, now)?)));
-            match handed {
+            match decode_answer(&publish, now) {
                 Some((client_id, handed)) => {
-                    let mut wake = WakeList::new();
-                    self.ctx.broker.take_over(client_id, handed, now, &mut wake);
-                    for doorbell in wake {
-                        doorbell.notify_one();
+                    let answer = Answer {
+                        from: self.peer.clone(),
+                        client_id,
+                        handed,
+                    };
+                    if self.ctx.answers.try_send(answer).is_err() {
+                        tracing::warn!(peer = %self.peer, "cluster_answer_dropped");
                     }
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_session_undecodable"),

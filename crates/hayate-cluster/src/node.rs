@@ -1,7 +1,7 @@
 //! This node in the cluster: gossip (chitchat), one [`Link`] per other live node, dead nodes'
 //! state dropped after a grace period, and the status in `$SYS/broker/cluster/nodes`.
 
-use crate::control::{session_message, Claim, CLAIM_TOPIC};
+use crate::control::{session_message, Answer, Claim, CLAIM_TOPIC};
 use crate::link::{Link, LinkContext};
 use crate::status::{NodeStatus, Status, STATUS_TOPIC};
 use crate::{ClusterConfig, ClusterError, NodeStats};
@@ -28,6 +28,11 @@ const CLUSTER_ID: &str = "hayate";
 /// Claims waiting for a link that is down; beyond this the oldest are not sent (the client
 /// may then be connected to two nodes until it reconnects, see docs/CLUSTER.md).
 const COMMANDS_CAPACITY: usize = 4_096;
+/// Answers to claims waiting for the node task.
+const ANSWERS_CAPACITY: usize = 4_096;
+/// How long a claim waits for answers before its CONNACK goes out anyway (the channel's own
+/// limit is a little longer).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One other node as this node knows it.
 struct Peer {
@@ -104,8 +109,12 @@ pub async fn start(
         .await
         .map_err(|error| ClusterError::Gossip(format!("{error:#}")))?;
     tracing::info!(node = %config.node_name, generation, listen = %config.listen, join = ?config.join, "cluster_started");
+    let (answers, answers_rx) = mpsc::channel(ANSWERS_CAPACITY);
     let node = Node {
+        answers: Some(answers_rx),
+        pending: HashMap::new(),
         ctx: LinkContext {
+            answers,
             broker,
             routes,
             self_name: Arc::from(config.node_name.as_str()),
@@ -124,6 +133,9 @@ pub async fn start(
 
 struct Node {
     ctx: LinkContext,
+    answers: Option<mpsc::Receiver<Answer>>,
+    /// Claims whose CONNACK waits for answers: client id → nodes still to answer, deadline.
+    pending: HashMap<String, (Vec<Arc<str>>, Instant)>,
     self_id: ChitchatId,
     grace: Duration,
     gossip_interval: Duration,
@@ -135,7 +147,9 @@ impl Node {
     async fn run(mut self, chitchat: ChitchatHandle, mut shutdown: watch::Receiver<bool>) {
         let mut live = chitchat.chitchat().lock().await.live_nodes_watcher();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let Some(mut events) = self.ctx.routes.take_events() else {
+        let (Some(mut events), Some(mut answers)) =
+            (self.ctx.routes.take_events(), self.answers.take())
+        else {
             tracing::error!("cluster events already taken");
             return;
         };
@@ -147,6 +161,7 @@ impl Node {
                 .map(|(id, _)| id.clone())
                 .collect();
             self.reconcile(&snapshot, &live.borrow());
+            self.expire_pending();
             self.publish_status();
             tokio::select! {
                 changed = live.changed() => {
@@ -155,6 +170,7 @@ impl Node {
                     }
                 }
                 _ = tick.tick() => {}
+                Some(answer) = answers.recv() => self.on_answer(answer),
                 Some(event) = events.recv() => {
                     self.on_event(event);
                     while let Ok(event) = events.try_recv() {
@@ -189,6 +205,7 @@ impl Node {
             ClusterEvent::ClientConnected {
                 client_id,
                 clean_start,
+                await_handover,
                 at,
             } => {
                 let claim = Claim {
@@ -197,9 +214,21 @@ impl Node {
                     at: at.as_nanos(),
                 }
                 .to_publish();
+                let mut asked = Vec::new();
                 for (name, peer) in &self.peers {
                     if peer.commands.try_send(claim.clone()).is_err() {
                         tracing::warn!(peer = %name, %client_id, "cluster_claim_dropped");
+                    } else if peer.stats.link_up.load(Ordering::Relaxed) {
+                        asked.push(name.clone());
+                    }
+                }
+                if await_handover {
+                    if asked.is_empty() {
+                        self.ctx.broker.release_handover(&client_id);
+                    } else {
+                        let deadline = Instant::now() + ANSWER_TIMEOUT;
+                        self.pending
+                            .insert(client_id.to_string(), (asked, deadline));
                     }
                 }
             }
@@ -227,10 +256,11 @@ impl Node {
             now,
             &mut wake,
         );
-        if let Some(handed) = handed.filter(|h| !claim.clean_start && !h.is_empty()) {
+        if !claim.clean_start {
+            // Answered even without a session: the claiming node's CONNACK waits for it.
             match broker.registry.get(from) {
                 Some(peer) => {
-                    let message = session_message(&claim.client_id, &handed, now);
+                    let message = session_message(&claim.client_id, handed.as_ref(), now);
                     let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
                     let mut outcome = RouteOutcome::default();
                     broker
@@ -242,6 +272,49 @@ impl Node {
         }
         for doorbell in wake {
             doorbell.notify_one();
+        }
+    }
+
+    /// Another node's answer to a claim: its session (if any) is taken here, and once every
+    /// node asked has answered, the client's CONNACK goes out.
+    fn on_answer(&mut self, answer: Answer) {
+        let now = Instant::now();
+        if let Some(handed) = answer.handed {
+            let mut wake = WakeList::new();
+            self.ctx
+                .broker
+                .take_over(&answer.client_id, handed, now, &mut wake);
+            for doorbell in wake {
+                doorbell.notify_one();
+            }
+        }
+        let done = match self.pending.get_mut(&answer.client_id) {
+            Some((waiting, _)) => {
+                waiting.retain(|name| *name != answer.from);
+                waiting.is_empty()
+            }
+            None => false,
+        };
+        if done {
+            self.pending.remove(&answer.client_id);
+            self.ctx.broker.release_handover(&answer.client_id);
+        }
+    }
+
+    /// Claims that waited too long for answers: their CONNACK goes out now.
+    fn expire_pending(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, (_, deadline))| *deadline <= now)
+            .map(|(client_id, _)| client_id.clone())
+            .collect();
+        for client_id in expired {
+            if let Some((waiting, _)) = self.pending.remove(&client_id) {
+                tracing::warn!(%client_id, ?waiting, "cluster_handover_timeout");
+            }
+            self.ctx.broker.release_handover(&client_id);
         }
     }
 

@@ -17,7 +17,7 @@ use crate::broker::Broker;
 use crate::close::{Close, CloseReason};
 use crate::flow::{InboundLimit, Waiting};
 use crate::hooks::{ClientInfo, ListenerInfo};
-use crate::registry::{SessionCell, SessionState};
+use crate::registry::{Handover, SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
 use auth::AuthState;
@@ -43,6 +43,16 @@ pub struct ConnectionInfo {
     /// An identity the transport proved: the CN (or first SAN) of a verified client
     /// certificate, or the TLS-PSK identity. `None` on plain TCP and WebSocket.
     pub transport_identity: Option<Arc<str>>,
+}
+
+/// How long a CONNACK waits at most for other nodes to hand over the client's session.
+pub(crate) const HANDOVER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A CONNACK held until the cluster's handover is in (`Channel::poll_handover`).
+#[derive(Debug)]
+pub(crate) struct HandoverWait {
+    pub(crate) connack: hayate_codec::ConnAck,
+    pub(crate) deadline: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +97,8 @@ pub struct Channel {
     doorbell: Arc<Notify>,
     /// The last `poll_transmit` stopped at its byte budget with more to send.
     more_to_send: bool,
+    /// In a cluster: the CONNACK held until other nodes handed over the client's session.
+    handover_wait: Option<Box<HandoverWait>>,
     /// The input has ended (end of stream): everything left is handled, nothing held back.
     input_ended: bool,
     /// Publisher-side back-pressure ([`crate::flow`]): `Some` while this client waits on a
@@ -136,6 +148,7 @@ impl Channel {
             bridge: false,
             doorbell: Arc::new(Notify::new()),
             more_to_send: false,
+            handover_wait: None,
         }
     }
 
@@ -299,7 +312,7 @@ impl Channel {
     /// Writes messages queued for this client as far as its window allows. The transport calls
     /// this when the session's doorbell rings. Fails if the session was taken over.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut OutBuf) -> Result<(), Close> {
-        if self.phase != Phase::Connected {
+        if self.phase != Phase::Connected || self.poll_handover(now, out) {
             return Ok(());
         }
         self.release_acks(out);
@@ -340,6 +353,33 @@ impl Channel {
             (report.expired + report.too_large) as u64,
         );
         Ok(())
+    }
+
+    /// While CONNACK waits for the cluster's handover: true, unless the answers are in or the
+    /// wait timed out, in which case CONNACK is written now (Session Present when a session
+    /// was handed over) and the connection goes on.
+    pub(crate) fn poll_handover(&mut self, now: Instant, out: &mut OutBuf) -> bool {
+        let Some(wait) = &self.handover_wait else {
+            return false;
+        };
+        let Some(cell) = self.cell.clone() else {
+            return false;
+        };
+        let handover = {
+            let mut state = cell.state.lock();
+            if state.handover == Handover::Awaited && now < wait.deadline {
+                return true;
+            }
+            std::mem::take(&mut state.handover)
+        };
+        let Some(wait) = self.handover_wait.take() else {
+            return false;
+        };
+        let mut connack = wait.connack;
+        connack.session_present |= handover == Handover::Received;
+        tracing::debug!(client_id = %cell.client_id, session_present = connack.session_present, timed_out = handover == Handover::Awaited, "handover_settled");
+        self.write(&Packet::ConnAck(connack), out);
+        false
     }
 
     /// True when the last `poll_transmit` stopped at its byte budget: the transport should

@@ -95,6 +95,8 @@ pub enum ClusterEvent {
         client_id: Arc<str>,
         /// It asked for a new session (nothing is handed over then; the old one ends).
         clean_start: bool,
+        /// Its CONNACK waits for the other nodes' answers (`Broker::release_handover`).
+        await_handover: bool,
         /// When its CONNECT arrived: of two connections of one client to two nodes, the later
         /// one wins.
         at: Arrival,

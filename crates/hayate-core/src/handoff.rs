@@ -2,7 +2,7 @@
 //! has it hands it over when its client connects to another node, and that node takes it.
 
 use crate::cluster::SessionKind;
-use crate::registry::{SessionCell, SubscriptionRecord};
+use crate::registry::{Handover, SessionCell, SubscriptionRecord};
 use crate::router::{RouteOutcome, SubEntry, WakeList};
 use crate::store::{StoreOp, SubscriptionData};
 use crate::Broker;
@@ -114,6 +114,12 @@ impl Broker {
             self.router
                 .deliver(&cell, delivery, now, wake, &mut outcome);
         }
+        {
+            let mut state = cell.state.lock();
+            if state.handover == Handover::Awaited {
+                state.handover = Handover::Received;
+            }
+        }
         tracing::info!(
             client_id,
             subscriptions = added,
@@ -122,6 +128,24 @@ impl Broker {
             "session_taken_over_from_node"
         );
         true
+    }
+
+    /// Every node asked about `client_id`'s session answered (or the cluster gave up
+    /// waiting): its CONNACK goes out now (`Channel::poll_handover`).
+    pub fn release_handover(&self, client_id: &str) {
+        let Some(cell) = self.registry.get(client_id) else {
+            return;
+        };
+        let doorbell = {
+            let mut state = cell.state.lock();
+            if state.handover == Handover::Awaited {
+                state.handover = Handover::Settled;
+            }
+            state.doorbell.clone()
+        };
+        if let Some(doorbell) = doorbell {
+            doorbell.notify_one();
+        }
     }
 
     /// Adds one subscription to `cell` unless it has one to `filter`; true when added.

@@ -71,6 +71,21 @@ pub struct SessionState {
     /// The client attached, or the last one while the session is offline: deliveries are
     /// authorised against it (`AuthHook::authorize_read`).
     pub client: Option<Arc<ClientInfo>>,
+    /// In a cluster: where the handover of this client's session from other nodes stands
+    /// (`crate::handoff`).
+    pub handover: Handover,
+}
+
+/// The handover of a session from other nodes of a cluster, as its new connection sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Handover {
+    /// Nothing awaited (not in a cluster, clean start, or the answers are in).
+    #[default]
+    Settled,
+    /// CONNACK waits for the other nodes' answers.
+    Awaited,
+    /// The answers are in and one of them brought a session: CONNACK says Session Present.
+    Received,
 }
 
 /// A session's subscriptions (filter → options), allocated with the first one: most
@@ -210,6 +225,7 @@ impl Registry {
                 doorbell: None,
                 congestion: Congestion::Clear,
                 client: None,
+                handover: Handover::Settled,
             }),
         });
         let replaced = sessions.insert(client_id.clone(), cell.clone());

@@ -145,12 +145,18 @@ impl CoreHarness {
 
     /// A new connection, opened now, on a listener with `limits`.
     pub fn channel_with(&self, limits: ConnectionLimits) -> TestChannel {
+        self.channel_on(ListenerInfo {
+            name: Arc::from("core-test"),
+            limits,
+            ..ListenerInfo::default()
+        })
+    }
+
+    /// A new connection, opened now, on the listener `listener` (its role: a cluster
+    /// listener, a node's ingress).
+    pub fn channel_on(&self, listener: ListenerInfo) -> TestChannel {
         let info = ConnectionInfo {
-            listener: Arc::new(ListenerInfo {
-                name: Arc::from("core-test"),
-                limits,
-                ..ListenerInfo::default()
-            }),
+            listener: Arc::new(listener),
             ..ConnectionInfo::default()
         };
         TestChannel {

@@ -273,7 +273,11 @@ async fn a_client_takes_its_connection_and_session_to_another_node() {
     // It comes back on n3: the queued messages follow, and so does the subscription.
     let mut moved = RawClient::connect_tcp(n3.mqtt, hayate_codec::ProtocolVersion::V5).await;
     connect.clean_start = false;
-    moved.connect(connect.clone()).await;
+    let connack = moved.connect(connect.clone()).await;
+    assert!(
+        connack.session_present,
+        "CONNACK waits for the handover and says Session Present"
+    );
     let got = payloads(&drain(&mut moved, Duration::from_secs(2)).await);
     assert_eq!(got, ["o0", "o1", "o2", "o3", "o4"], "{}", n1.log_text());
     publisher

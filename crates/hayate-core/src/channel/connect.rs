@@ -2,11 +2,11 @@
 //! negotiated limits.
 
 use super::auth::AuthState;
-use super::{Channel, Phase};
+use super::{Channel, HandoverWait, Phase, HANDOVER_TIMEOUT};
 use crate::close::{Close, CloseReason};
 use crate::cluster::{ClusterEvent, SessionKind};
 use crate::hooks::{Authenticated, ClientInfo, ListenerRole};
-use crate::registry::PendingWill;
+use crate::registry::{Handover, PendingWill};
 use crate::router::WakeList;
 use bytes::Bytes;
 use hayate_codec::{ConnAck, Connect, Packet, Properties, ProtocolVersion, QoS, ReasonCode};
@@ -337,14 +337,24 @@ impl Channel {
             self.broker.publish_will(&cell.client_id, will, now, wake);
         }
 
+        // In a cluster, a client resuming its session waits for the other nodes to hand over
+        // what they hold of it before CONNACK says whether a session is present.
+        let mut await_handover = false;
         if let Some(cluster) = self.broker.router.cluster() {
             match self.info.listener.role {
                 ListenerRole::Cluster => cluster.peer_attached(&cell),
-                ListenerRole::Clients => cluster.event(ClusterEvent::ClientConnected {
-                    client_id: cell.client_id.clone(),
-                    clean_start: connect.clean_start,
-                    at: self.arrival,
-                }),
+                ListenerRole::Clients => {
+                    await_handover = !connect.clean_start && !cluster.peers().is_empty();
+                    if await_handover {
+                        cell.state.lock().handover = Handover::Awaited;
+                    }
+                    cluster.event(ClusterEvent::ClientConnected {
+                        client_id: cell.client_id.clone(),
+                        clean_start: connect.clean_start,
+                        await_handover,
+                        at: self.arrival,
+                    });
+                }
                 ListenerRole::PeerIngress => {}
             }
         }
@@ -392,6 +402,14 @@ impl Channel {
             reason_code: ReasonCode::SUCCESS,
             properties,
         };
+        if await_handover {
+            // Written by `poll_handover` once the other nodes answered (or gave up).
+            self.handover_wait = Some(Box::new(HandoverWait {
+                connack,
+                deadline: now + HANDOVER_TIMEOUT,
+            }));
+            return Ok(());
+        }
         self.write(&Packet::ConnAck(connack), out);
         tracing::debug!(
             client_id = %client_id,

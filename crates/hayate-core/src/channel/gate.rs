@@ -38,7 +38,9 @@ impl Channel {
     /// a congested subscriber and not over the PUBLISH rate limit.
     pub fn accepts_input(&self) -> bool {
         self.input_ended
-            || (self.gate.is_none() && !self.limit.as_ref().is_some_and(|l| l.messages < 0.0))
+            || (self.gate.is_none()
+                && self.handover_wait.is_none()
+                && !self.limit.as_ref().is_some_and(|l| l.messages < 0.0))
     }
 
     /// How many bytes to read at most now: `max`, or less while a byte-rate limit's bucket is
@@ -132,6 +134,16 @@ impl Channel {
         out: &mut OutBuf,
         wake: &mut WakeList,
     ) -> Result<ReadGate, Close> {
+        // CONNACK waits for the cluster's handover: nothing the client sent is handled before
+        // it (its doorbell, rung when the answers are in, writes it).
+        if self.poll_handover(now, out) {
+            if let Some(wait) = &self.handover_wait {
+                return Ok(ReadGate::Paused {
+                    until: wait.deadline,
+                    released: None,
+                });
+            }
+        }
         while let Some(waiting) = &self.gate {
             let window = self.stall_window();
             {

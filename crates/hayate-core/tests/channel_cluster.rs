@@ -1,0 +1,240 @@
+//! The core's cluster rules, sans IO with an injected clock (docs/CLUSTER.md): a peer session
+//! gets one copy per message with the subscription identifiers that scope it, a message from
+//! the ingress goes to local clients within its scope and never back to a peer, retained
+//! messages go to every peer, a resumed session's CONNACK waits for the handover, and a
+//! session is handed over whole.
+
+use hayate_codec::{Packet, Properties, PubResp, QoS, Subscribe, SubscriptionOptions};
+use hayate_core::cluster::{ClusterRoutes, RouteDelta, PLAIN_ID};
+use hayate_core::{ListenerInfo, ListenerRole};
+use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
+use hayate_testkit::publish_packet;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn cluster_harness() -> (CoreHarness, Arc<ClusterRoutes>) {
+    let harness = CoreHarness::new();
+    let routes = Arc::new(ClusterRoutes::new(true));
+    assert!(harness.broker.router.attach_cluster(routes.clone()));
+    (harness, routes)
+}
+
+fn on_role(harness: &CoreHarness, role: ListenerRole) -> TestChannel {
+    harness.channel_on(ListenerInfo {
+        name: Arc::from("cluster-test"),
+        role,
+        ..ListenerInfo::default()
+    })
+}
+
+/// A peer node's session here, subscribed to `filters` with their identifiers.
+fn peer(harness: &CoreHarness, name: &str, filters: &[(&str, u32)]) -> TestChannel {
+    let mut peer = on_role(harness, ListenerRole::Cluster);
+    peer.connect(ConnectSpec::v5(&format!("$cluster/{name}")).session_expiry(600));
+    for (i, (filter, id)) in filters.iter().enumerate() {
+        let subscribe = Subscribe {
+            packet_id: hayate_codec::PacketId::new(i as u16 + 1).unwrap(),
+            filters: vec![(
+                (*filter).into(),
+                SubscriptionOptions {
+                    qos: QoS::ExactlyOnce,
+                    no_local: false,
+                    retain_as_published: true,
+                    retain_handling: 2,
+                },
+            )],
+            properties: Properties {
+                subscription_identifiers: vec![*id],
+                ..Properties::default()
+            },
+        };
+        peer.send(Packet::Subscribe(subscribe)).unwrap();
+    }
+    peer.received();
+    peer
+}
+
+#[test]
+fn a_peer_gets_one_scoped_copy_and_forwarded_messages_stay_local() {
+    let (harness, routes) = cluster_harness();
+    let (_, mut feed) = routes.snapshot();
+    let mut local = harness.client(ConnectSpec::v5("local"));
+    local.subscribe("a/#", QoS::AtLeastOnce);
+    local.received();
+    assert!(
+        matches!(feed.try_recv(), Ok(RouteDelta::Add(r)) if &*r.filter == "a/#" && r.id == PLAIN_ID)
+    );
+    let mut peer2 = peer(
+        &harness,
+        "n2",
+        &[("a/#", PLAIN_ID), ("a/+", PLAIN_ID), ("$share/g/a/#", 7)],
+    );
+    // Peer subscriptions are not this node's routes.
+    assert!(feed.try_recv().is_err());
+
+    // A local publish: one plain copy for n2 (two matching filters merged), one for its group.
+    let mut publisher = harness.client(ConnectSpec::v5("pub"));
+    publisher.publish("a/1", b"x", QoS::AtLeastOnce).unwrap();
+    let copies = peer2.transmit_publishes();
+    let mut ids: Vec<Vec<u32>> = copies
+        .iter()
+        .map(|p| p.properties.subscription_identifiers.clone())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec![vec![PLAIN_ID, PLAIN_ID], vec![7]]);
+    assert_eq!(local.transmit_publishes().len(), 1);
+
+    // What n3's link hands in goes to the plain local subscriber only, never to n2.
+    let mut ingress = on_role(&harness, ListenerRole::PeerIngress);
+    ingress.connect(ConnectSpec::v5("$cluster/in/n3"));
+    let mut forwarded = publish_packet("a/2", b"y", QoS::AtLeastOnce, false, Some(9));
+    forwarded.properties.subscription_identifiers = vec![PLAIN_ID];
+    ingress.send(Packet::Publish(forwarded)).unwrap();
+    assert!(matches!(ingress.received()[..], [Packet::PubAck(ref a)] if a.packet_id.get() == 9));
+    assert_eq!(local.transmit_publishes()[0].payload.as_ref(), b"y");
+    assert!(peer2.transmit_publishes().is_empty());
+
+    // A copy scoped to a group this node does not have goes nowhere.
+    let mut elsewhere = publish_packet("a/3", b"z", QoS::AtLeastOnce, false, Some(10));
+    elsewhere.properties.subscription_identifiers = vec![12345];
+    ingress.send(Packet::Publish(elsewhere)).unwrap();
+    assert!(local.transmit_publishes().is_empty());
+}
+
+#[test]
+fn retained_messages_go_to_every_peer_but_sys_topics_do_not() {
+    let (harness, _) = cluster_harness();
+    let mut peer2 = peer(&harness, "n2", &[]);
+    let mut publisher = harness.client(ConnectSpec::v5("pub"));
+    publisher
+        .send(Packet::Publish(publish_packet(
+            "cfg/1",
+            b"v",
+            QoS::AtLeastOnce,
+            true,
+            Some(1),
+        )))
+        .unwrap();
+    let copies = peer2.transmit_publishes();
+    assert_eq!(copies.len(), 1);
+    assert!(copies[0].retain && copies[0].properties.subscription_identifiers.is_empty());
+    harness.broker.publish_internal(
+        "$SYS/broker/x",
+        bytes::Bytes::from_static(b"1"),
+        true,
+        harness.now(),
+    );
+    assert!(peer2.transmit_publishes().is_empty());
+}
+
+#[test]
+fn a_resumed_sessions_connack_waits_for_the_handover() {
+    let (harness, routes) = cluster_harness();
+    let _peer2 = peer(&harness, "n2", &[]);
+    let mut events = routes.take_events().unwrap();
+    while events.try_recv().is_ok() {}
+
+    let mut client = harness.channel();
+    client
+        .send(Packet::Connect(Box::new(
+            ConnectSpec::v5("mover")
+                .clean_start(false)
+                .session_expiry(600)
+                .into(),
+        )))
+        .unwrap();
+    assert!(
+        client.received().is_empty(),
+        "no CONNACK before the handover"
+    );
+    assert!(!client.channel.accepts_input());
+    match events.try_recv() {
+        Ok(hayate_core::cluster::ClusterEvent::ClientConnected {
+            await_handover,
+            clean_start,
+            ..
+        }) => {
+            assert!(await_handover && !clean_start)
+        }
+        other => panic!("expected ClientConnected, got {other:?}"),
+    }
+    // Another node hands over a subscription: CONNACK says Session Present.
+    let handed = hayate_core::handoff::HandedOver {
+        subscriptions: vec![(
+            "t/#".into(),
+            hayate_core::registry::SubscriptionRecord {
+                options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
+                subscription_id: None,
+            },
+        )],
+        deliveries: Vec::new(),
+    };
+    let mut wake = Vec::new();
+    assert!(harness
+        .broker
+        .take_over("mover", handed, harness.now(), &mut wake));
+    harness.broker.release_handover("mover");
+    client.poll_transmit().unwrap();
+    match &client.received()[..] {
+        [Packet::ConnAck(connack)] => assert!(connack.session_present),
+        other => panic!("expected CONNACK, got {other:?}"),
+    }
+    assert!(client.channel.accepts_input());
+
+    // Without answers, CONNACK goes out at the timeout, Session Present 0.
+    let mut late = harness.channel();
+    late.send(Packet::Connect(Box::new(
+        ConnectSpec::v5("lonely")
+            .clean_start(false)
+            .session_expiry(600)
+            .into(),
+    )))
+    .unwrap();
+    late.poll_transmit().unwrap();
+    assert!(late.received().is_empty());
+    harness.advance(Duration::from_secs(3));
+    late.poll_transmit().unwrap();
+    match &late.received()[..] {
+        [Packet::ConnAck(connack)] => assert!(!connack.session_present),
+        other => panic!("expected CONNACK, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_session_is_handed_over_whole_and_ends_here() {
+    let (harness, _) = cluster_harness();
+    let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    client.subscribe("o/#", QoS::AtLeastOnce);
+    let mut publisher = harness.client(ConnectSpec::v5("pub"));
+    publisher.publish("o/1", b"1", QoS::AtLeastOnce).unwrap();
+    publisher.publish("o/2", b"2", QoS::AtLeastOnce).unwrap();
+    // Both go out; o/1 is acknowledged, o/2 stays in flight, then o/3 is queued.
+    let sent = client.transmit_publishes();
+    assert_eq!(sent.len(), 2);
+    client
+        .send(Packet::PubAck(PubResp::new(sent[0].packet_id.unwrap())))
+        .unwrap();
+    publisher.publish("o/3", b"3", QoS::AtLeastOnce).unwrap();
+
+    let mut wake = Vec::new();
+    let handed = harness
+        .broker
+        .hand_over(
+            "c",
+            false,
+            hayate_core::Arrival::UNKNOWN,
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session here");
+    assert_eq!(handed.subscriptions.len(), 1);
+    let payloads: Vec<(&[u8], bool)> = handed
+        .deliveries
+        .iter()
+        .map(|d| (d.message.payload.as_ref(), d.maybe_sent))
+        .collect();
+    assert_eq!(payloads, vec![(&b"2"[..], true), (&b"3"[..], false)]);
+    assert!(harness.session("c").is_none(), "the session ended here");
+    // Its connection is told it was taken over.
+    assert!(client.poll_transmit().is_err());
+}
