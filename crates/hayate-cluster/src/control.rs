@@ -31,14 +31,12 @@ const CLEAN_START: &str = "clean_start";
 const AT: &str = "at";
 const PRESENT: &str = "present";
 
-/// Another node's answer to a claim of this node's.
+/// Another node answered a claim of this node's (the link already took the session).
 #[derive(Debug)]
 pub(crate) struct Answer {
     /// The answering node.
     pub from: Arc<str>,
     pub client_id: String,
-    /// The session it handed over; `None` when it had none.
-    pub handed: Option<HandedOver>,
 }
 
 /// A decoded `$cluster/claim`.

@@ -501,10 +501,21 @@ impl Link {
         if publish.topic.as_str() == SESSION_TOPIC {
             match decode_answer(&publish, now) {
                 Some((client_id, handed)) => {
+                    // Taken here, before the link hands in the next message: those that the
+                    // other node forwarded for the client after the handover find its
+                    // subscriptions in place.
+                    if let Some(handed) = handed {
+                        let mut wake = hayate_core::WakeList::new();
+                        self.ctx
+                            .broker
+                            .take_over(&client_id, handed, now, &mut wake);
+                        for doorbell in wake {
+                            doorbell.notify_one();
+                        }
+                    }
                     let answer = Answer {
                         from: self.peer.clone(),
                         client_id,
-                        handed,
                     };
                     if self.ctx.answers.try_send(answer).is_err() {
                         tracing::warn!(peer = %self.peer, "cluster_answer_dropped");

@@ -249,16 +249,18 @@ impl Node {
         let now = Instant::now();
         let mut wake = WakeList::new();
         let broker = &self.ctx.broker;
+        let peer = broker.registry.get(from);
         let handed = broker.hand_over(
             &claim.client_id,
             claim.clean_start,
             claim.arrival(),
+            peer.as_ref(),
             now,
             &mut wake,
         );
         if !claim.clean_start {
             // Answered even without a session: the claiming node's CONNACK waits for it.
-            match broker.registry.get(from) {
+            match peer {
                 Some(peer) => {
                     let message = session_message(&claim.client_id, handed.as_ref(), now);
                     let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
@@ -275,19 +277,9 @@ impl Node {
         }
     }
 
-    /// Another node's answer to a claim: its session (if any) is taken here, and once every
+    /// Another node answered a claim (its session, if any, was taken by the link): once every
     /// node asked has answered, the client's CONNACK goes out.
     fn on_answer(&mut self, answer: Answer) {
-        let now = Instant::now();
-        if let Some(handed) = answer.handed {
-            let mut wake = WakeList::new();
-            self.ctx
-                .broker
-                .take_over(&answer.client_id, handed, now, &mut wake);
-            for doorbell in wake {
-                doorbell.notify_one();
-            }
-        }
         let done = match self.pending.get_mut(&answer.client_id) {
             Some((waiting, _)) => {
                 waiting.retain(|name| *name != answer.from);

@@ -33,11 +33,17 @@ impl Broker {
     /// returns what the session held (nothing when `clean_start`). `None` when there is no
     /// session here, or when the connection here arrived after the claim (the later
     /// connection wins; the other node hands over to this one).
+    ///
+    /// `to`: the claiming node's peer session here. Before the session's subscriptions leave
+    /// this node's router, that peer session subscribes to its plain (non-shared) filters, so
+    /// a message published here meanwhile goes to the claiming node instead of nowhere (the
+    /// handover travels first on the same link, so it is there before them).
     pub fn hand_over(
         &self,
         client_id: &str,
         clean_start: bool,
         claimed_at: Arrival,
+        to: Option<&Arc<SessionCell>>,
         now: Instant,
         wake: &mut WakeList,
     ) -> Option<HandedOver> {
@@ -77,6 +83,13 @@ impl Broker {
         };
         if let Some(doorbell) = doorbell {
             doorbell.notify_one();
+        }
+        if let Some(peer) = to.filter(|peer| peer.kind == SessionKind::Peer) {
+            for (filter, _) in &handed.subscriptions {
+                if !filter.starts_with("$share/") {
+                    self.add_subscription(peer, filter, peer_record());
+                }
+            }
         }
         self.end_session(&cell, now, wake);
         tracing::info!(
@@ -175,5 +188,19 @@ impl Broker {
             record,
         };
         !self.router.subscribe(filter, entry).replaced
+    }
+}
+
+/// The subscription a node's link makes for a plain filter of its route set (`hayate-cluster`
+/// `link.rs` subscribes with the same options).
+fn peer_record() -> SubscriptionRecord {
+    SubscriptionRecord {
+        options: hayate_codec::SubscriptionOptions {
+            qos: hayate_codec::QoS::ExactlyOnce,
+            no_local: false,
+            retain_as_published: true,
+            retain_handling: 2,
+        },
+        subscription_id: Some(crate::cluster::PLAIN_ID),
     }
 }

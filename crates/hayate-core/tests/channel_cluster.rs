@@ -201,8 +201,9 @@ fn a_resumed_sessions_connack_waits_for_the_handover() {
 }
 
 #[test]
-fn a_session_is_handed_over_whole_and_ends_here() {
+fn a_session_is_handed_over_whole_and_its_routes_go_with_it() {
     let (harness, _) = cluster_harness();
+    let mut peer2 = peer(&harness, "n2", &[]);
     let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
     client.subscribe("o/#", QoS::AtLeastOnce);
     let mut publisher = harness.client(ConnectSpec::v5("pub"));
@@ -223,6 +224,7 @@ fn a_session_is_handed_over_whole_and_ends_here() {
             "c",
             false,
             hayate_core::Arrival::UNKNOWN,
+            harness.session("$cluster/n2").as_ref(),
             harness.now(),
             &mut wake,
         )
@@ -237,4 +239,14 @@ fn a_session_is_handed_over_whole_and_ends_here() {
     assert!(harness.session("c").is_none(), "the session ended here");
     // Its connection is told it was taken over.
     assert!(client.poll_transmit().is_err());
+    // What is published here from now on goes to the claiming node (its peer session took the
+    // plain filters before the client's left).
+    publisher.publish("o/4", b"4", QoS::AtLeastOnce).unwrap();
+    let forwarded = peer2.transmit_publishes();
+    assert_eq!(forwarded.len(), 1);
+    assert_eq!(forwarded[0].payload.as_ref(), b"4");
+    assert_eq!(
+        forwarded[0].properties.subscription_identifiers,
+        vec![PLAIN_ID]
+    );
 }
