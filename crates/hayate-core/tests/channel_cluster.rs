@@ -250,3 +250,26 @@ fn a_session_is_handed_over_whole_and_its_routes_go_with_it() {
         vec![PLAIN_ID]
     );
 }
+
+/// A slow node slows the publishers that feed it exactly as a slow local subscriber does: its
+/// peer session here fills, turns Congested at half its queue, and the publisher stops being
+/// read; memory stays within the session's limits.
+#[test]
+fn a_slow_node_holds_back_its_publishers_like_a_slow_subscriber() {
+    let harness = CoreHarness::with_config(|config| {
+        config.max_queued_messages = 8;
+    });
+    let routes = Arc::new(ClusterRoutes::new(true));
+    assert!(harness.broker.router.attach_cluster(routes));
+    let _peer2 = peer(&harness, "n2", &[("slow/#", PLAIN_ID)]);
+    let mut publisher = harness.client(ConnectSpec::v5("pub"));
+    for n in 0..3u8 {
+        publisher.publish("slow/t", &[n], QoS::AtMostOnce).unwrap();
+        assert!(publisher.accepts_input(), "below the high mark after {n}");
+    }
+    publisher.publish("slow/t", &[3], QoS::AtMostOnce).unwrap();
+    assert!(!publisher.accepts_input(), "paused at 4 of 8 held for n2");
+    let peer = harness.session("$cluster/n2").unwrap();
+    assert!(peer.state.lock().congestion.is_congested());
+    assert!(peer.state.lock().session.held_messages() <= 8);
+}
