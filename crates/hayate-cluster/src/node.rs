@@ -109,6 +109,9 @@ pub async fn start(
         .await
         .map_err(|error| ClusterError::Gossip(format!("{error:#}")))?;
     tracing::info!(node = %config.node_name, generation, listen = %config.listen, join = ?config.join, "cluster_started");
+    if config.secret.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "cluster listener without a secret: any host that reaches it can join and read every message (set [cluster] secret)");
+    }
     let (answers, answers_rx) = mpsc::channel(ANSWERS_CAPACITY);
     let node = Node {
         answers: Some(answers_rx),
