@@ -5,7 +5,7 @@
 
 use crate::broker::Broker;
 use crate::registry::SessionCell;
-use hayate_codec::{Properties, QoS};
+use hayate_codec::QoS;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -35,6 +35,8 @@ pub struct Config {
     /// [`Config::ensure_runnable`] refuses.
     #[serde(rename = "bridge")]
     pub bridges: Vec<mosquitto::BridgeConfig>,
+    /// The HTTP edge: metrics, health, admin API, dashboard (`[http]`; off unless `listen`).
+    pub http: hayate_http::HttpConfig,
 }
 
 /// Which syntax a configuration file is written in.
@@ -215,6 +217,9 @@ pub enum ConfigError {
     /// `[storage]` asks for something not available.
     #[error("{0}")]
     Storage(String),
+    /// `[http]` cannot be used as set.
+    #[error(transparent)]
+    Http(#[from] hayate_http::HttpConfigError),
     /// A Mosquitto file could not be translated (the message names file, line and key).
     #[error(transparent)]
     Mosquitto(#[from] mosquitto::MosquittoError),
@@ -285,6 +290,7 @@ impl Config {
             listener.validate().map_err(ConfigError::Listener)?;
         }
         self.broker.validate()?;
+        self.http.validate()?;
         if self.storage.sync_interval_ms == 0 {
             return Err(ConfigError::Storage(
                 "storage.sync_interval_ms must be at least 1".into(),

@@ -7,6 +7,7 @@
 
 pub mod config;
 mod connection;
+mod http;
 mod listener;
 pub mod runtime;
 pub mod security;

@@ -35,6 +35,8 @@ pub struct ServerHandle {
     /// The embedded store, with a data directory (closed by `shutdown`).
     store: Option<Arc<hayate_storage::FjallStore>>,
     local_addrs: Vec<SocketAddr>,
+    /// The HTTP edge's address, when `[http] listen` is set.
+    http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
     /// Listeners with files to re-read on reload (certificates, PSK keys).
@@ -96,6 +98,16 @@ impl Server {
                 let _ = handle.task.await;
             });
         }
+        let live = active.clone();
+        let http_addr = crate::http::start(
+            &config.http,
+            &broker,
+            store.as_ref(),
+            &bridges,
+            Arc::new(move || live.count() as u64),
+            shutdown_rx.clone(),
+        )
+        .await?;
         if config.server.sys_interval_secs > 0 {
             let interval = Duration::from_secs(config.server.sys_interval_secs);
             tasks.spawn(crate::sys::sys_loop(
@@ -110,6 +122,7 @@ impl Server {
             broker,
             store,
             local_addrs,
+            http_addr,
             shutdown,
             tasks,
             reloadable,
@@ -121,6 +134,11 @@ impl ServerHandle {
     /// The bound addresses, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// The HTTP edge's bound address (metrics, admin API, dashboard), when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Stops accepting, tells every connection to close (v5 clients get DISCONNECT 0x8B), and

@@ -73,6 +73,11 @@ struct ServeArgs {
     /// storage.sync_interval_ms), sync (once fsynced) or off (no store).
     #[arg(long, value_name = "MODE")]
     durability: Option<DurabilityArg>,
+    /// Serve metrics (/metrics), health (/health, /ready), the admin API and the dashboard
+    /// over HTTP on ADDR (HOST:PORT, or a port for 127.0.0.1:PORT; [http] listen in the
+    /// file). Needs [http] token or token_file, or HAYATE_HTTP_TOKEN; see docs/OPERATIONS.md.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
 }
 
 /// `--durability` values.
@@ -195,6 +200,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             DurabilityArg::Sync => Durability::Sync,
             DurabilityArg::Off => Durability::Off,
         };
+    }
+    if let Some(addr) = &args.http {
+        config.http.listen = Some(addr.clone());
+    }
+    if let Ok(token) = std::env::var("HAYATE_HTTP_TOKEN") {
+        if config.http.token.is_none() && config.http.token_file.is_none() {
+            config.http.token = Some(token);
+        }
     }
     config.validate()?;
     config.ensure_runnable()?;
