@@ -3,7 +3,8 @@
 //! the subscriptions matching a topic; bridges.
 
 use crate::AppState;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -28,6 +29,34 @@ pub(crate) struct ApiError(StatusCode, String);
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+/// `Query` whose rejection is an [`ApiError`] (JSON, with axum's message).
+pub(crate) struct ApiQuery<T>(T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| ApiQuery(value))
+            .map_err(|rejection| ApiError(rejection.status(), rejection.body_text()))
+    }
+}
+
+/// `Json` whose rejection is an [`ApiError`] (400 malformed, 415 not JSON, 422 wrong shape).
+pub(crate) struct ApiJson<T>(T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        Json::<T>::from_request(request, state)
+            .await
+            .map(|Json(value)| ApiJson(value))
+            .map_err(|rejection| ApiError(rejection.status(), rejection.body_text()))
     }
 }
 
@@ -81,7 +110,7 @@ fn summary(c: &ClientSnapshot) -> Value {
 /// Clients in client id order, a page at a time (`next_cursor` continues; absent at the end).
 pub(crate) async fn list_clients(
     State(state): State<Arc<AppState>>,
-    Query(query): Query<ClientQuery>,
+    ApiQuery(query): ApiQuery<ClientQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = page_limit(query.limit)?;
     let registry = &state.sources.broker.registry;
@@ -180,7 +209,7 @@ fn payload_json(payload: &[u8]) -> (&'static str, Value) {
 /// Retained messages matching a filter (default `#`), in topic order, a page at a time.
 pub(crate) async fn list_retained(
     State(state): State<Arc<AppState>>,
-    Query(query): Query<RetainedQuery>,
+    ApiQuery(query): ApiQuery<RetainedQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = page_limit(query.limit)?;
     let filter = query.filter.as_deref().unwrap_or("#");
@@ -218,7 +247,7 @@ pub(crate) struct TopicQuery {
 /// Deletes one topic's retained message.
 pub(crate) async fn delete_retained(
     State(state): State<Arc<AppState>>,
-    Query(query): Query<TopicQuery>,
+    ApiQuery(query): ApiQuery<TopicQuery>,
 ) -> Result<Json<Value>, ApiError> {
     hayate_topic::validate_topic_name(&query.topic)
         .map_err(|e| bad_request(format!("topic {:?}: {e}", query.topic)))?;
@@ -252,7 +281,7 @@ pub(crate) struct PublishRequest {
 /// the topic's retained message.
 pub(crate) async fn publish(
     State(state): State<Arc<AppState>>,
-    Json(request): Json<PublishRequest>,
+    ApiJson(request): ApiJson<PublishRequest>,
 ) -> Result<Json<Value>, ApiError> {
     hayate_topic::validate_topic_name(&request.topic)
         .map_err(|e| bad_request(format!("topic {:?}: {e}", request.topic)))?;
@@ -308,7 +337,7 @@ pub(crate) struct SubscriptionQuery {
 /// The subscriptions a message on `topic` would reach.
 pub(crate) async fn subscriptions(
     State(state): State<Arc<AppState>>,
-    Query(query): Query<SubscriptionQuery>,
+    ApiQuery(query): ApiQuery<SubscriptionQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = page_limit(query.limit)?;
     hayate_topic::validate_topic_name(&query.topic)

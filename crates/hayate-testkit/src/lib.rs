@@ -8,6 +8,7 @@
 
 pub mod blocking;
 pub mod core;
+pub mod ops;
 pub mod store;
 
 use bytes::{Bytes, BytesMut};
