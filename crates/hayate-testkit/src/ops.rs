@@ -88,6 +88,16 @@ impl HttpApi {
         )
     }
 
+    /// `GET path`, or `None` when the request fails below HTTP (connection refused...).
+    pub fn try_get(&self, path: &str) -> Option<(u16, String)> {
+        let mut response = self
+            .auth(self.agent.get(format!("{}{path}", self.base)))
+            .call()
+            .ok()?;
+        let body = response.body_mut().read_to_string().ok()?;
+        Some((response.status().as_u16(), body))
+    }
+
     /// `GET path`, the body parsed as JSON.
     pub fn get_json(&self, path: &str) -> (u16, Value) {
         json(self.get(path))

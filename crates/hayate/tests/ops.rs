@@ -1,0 +1,226 @@
+//! Operations against a running `hayate serve` process with real MQTT clients: `promtool check
+//! metrics` accepts `/metrics`, a real Prometheus server scrapes it and answers queries with
+//! Hayate's series, and the dashboard renders live data in headless Chromium.
+//!
+//! Needs Debian's `prometheus` (with promtool) and `chromium`; `scripts/test` installs them and
+//! sets `HAYATE_REQUIRE_TOOLS`, elsewhere a missing tool skips its test with a note.
+
+use hayate_codec::{Packet, ProtocolVersion, QoS};
+use hayate_testkit::blocking::BlockingClient;
+use hayate_testkit::ops::{tool_or_skip, HayateProcess, HttpApi};
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "ops-test-token";
+const WAIT: Duration = Duration::from_secs(5);
+
+fn hayate() -> HayateProcess {
+    HayateProcess::start(Path::new(env!("CARGO_BIN_EXE_hayate")), TOKEN, &[])
+}
+
+/// A subscriber on `ops/#` and a publisher that sent `n` messages it received.
+fn traffic(process: &HayateProcess, n: usize) -> (BlockingClient, BlockingClient) {
+    let mut sub = BlockingClient::connect(process.mqtt, ProtocolVersion::V5, "ops-sub");
+    sub.send_subscribe("ops/#", QoS::AtMostOnce, 1);
+    assert!(matches!(sub.recv(WAIT), Some(Packet::SubAck(_))));
+    let mut publisher = BlockingClient::connect(process.mqtt, ProtocolVersion::V311, "ops-pub");
+    for i in 0..n {
+        publisher.send_publish("ops/t", format!("m{i}").as_bytes());
+    }
+    for _ in 0..n {
+        sub.recv_publish(WAIT).expect("delivered");
+    }
+    (sub, publisher)
+}
+
+/// Ends a child process when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn promtool_accepts_the_metrics() {
+    let Some(promtool) = tool_or_skip("promtool") else {
+        return;
+    };
+    let process = hayate();
+    let _clients = traffic(&process, 5);
+    let (status, text) = HttpApi::new(process.http, Some(TOKEN)).get("/metrics");
+    assert_eq!(status, 200);
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = check.wait_with_output().unwrap();
+    assert!(
+        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Prometheus scrapes `hayate serve` (with the bearer token) and its query API returns
+/// Hayate's series with the values the clients caused.
+#[test]
+fn prometheus_scrapes_hayate() {
+    let Some(prometheus) = tool_or_skip("prometheus") else {
+        return;
+    };
+    let process = hayate();
+    let _clients = traffic(&process, 7);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: hayate\n    authorization:\n      credentials_file: {}\n\
+         \x20   static_configs:\n      - targets: ['{}']\n",
+        dir.path().join("token").display(),
+        process.http
+    );
+    std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+    let web = format!("127.0.0.1:{}", hayate_testkit::free_port());
+    let _server = Reaped(
+        Command::new(prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus starts"),
+    );
+    let api = HttpApi::new(web.parse().unwrap(), None);
+    let query = |q: &str| -> Option<f64> {
+        // Refused until Prometheus listens.
+        let (status, body) = api.try_get(&format!("/api/v1/query?query={q}"))?;
+        if status != 200 {
+            return None;
+        }
+        let body: Value = serde_json::from_str(&body).ok()?;
+        body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = query("up%7Bjob%3D%22hayate%22%7D");
+        let connected = query("hayate_clients_connected");
+        if up == Some(1.0) && connected == Some(2.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not scrape Hayate: up={up:?} hayate_clients_connected={connected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(query("hayate_publish_received_total"), Some(7.0));
+    assert_eq!(query("hayate_publish_sent_total"), Some(7.0));
+    assert_eq!(query("hayate_subscriptions"), Some(1.0));
+    assert!(query("process_resident_memory_bytes").unwrap() > 1e6);
+    assert_eq!(
+        query("sum(hayate_messages_dropped_total)"),
+        Some(0.0),
+        "a labelled family aggregates"
+    );
+}
+
+fn chromium(args: &[&str], url: &str, profile: &Path) -> std::process::Output {
+    let chromium = tool_or_skip("chromium").expect("checked by the caller");
+    Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1200,900",
+            "--virtual-time-budget=8000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium runs")
+}
+
+/// The dashboard, opened with the token in its address, shows the broker's live figures and
+/// its clients (read back from the DOM after the data arrived), and its screenshot is a
+/// picture with content, not a blank page.
+#[test]
+fn dashboard_renders_live_data_in_chromium() {
+    if tool_or_skip("chromium").is_none() {
+        return;
+    }
+    let process = hayate();
+    let _clients = traffic(&process, 20);
+    // Two history samples (every 2 s) so the charts have lines.
+    std::thread::sleep(Duration::from_millis(2500));
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/#token={TOKEN}", process.http);
+    let dom = chromium(&["--dump-dom"], &url, profile.path());
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for expected in [
+        "id=\"clients-connected\">2<",
+        "data-client-id=\"ops-sub\"",
+        "data-client-id=\"ops-pub\"",
+        "id=\"status\" class=\"\">updated",
+        "<polyline",
+    ] {
+        assert!(
+            dom.contains(expected),
+            "{expected:?} not in the DOM:\n{dom}"
+        );
+    }
+
+    let shot = profile.path().join("dashboard.png");
+    chromium(
+        &[&format!("--screenshot={}", shot.display())],
+        &url,
+        profile.path(),
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&shot).expect("a screenshot"),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    let mut colours = std::collections::HashMap::new();
+    for pixel in pixels[..info.buffer_size()].chunks(channels) {
+        *colours.entry(pixel[..3].to_vec()).or_insert(0usize) += 1;
+    }
+    let total = (info.width * info.height) as usize;
+    let background = colours.values().max().copied().unwrap_or(0);
+    assert!(colours.len() > 50, "only {} colours", colours.len());
+    assert!(
+        background < total * 9 / 10,
+        "a page that is 90% one colour is blank"
+    );
+    // The header bar (#111827) and the clients line's blue (#2563eb) are drawn.
+    assert!(colours.contains_key(&vec![0x11, 0x18, 0x27]));
+    assert!(colours.contains_key(&vec![0x25, 0x63, 0xeb]));
+}
