@@ -14,7 +14,7 @@ mod metrics;
 pub mod process;
 
 pub use config::{Access, HttpConfig, HttpConfigError};
-pub use metrics::{BridgeFigures, StoreFigures};
+pub use metrics::{BridgeFigures, ListenerConnections, StoreFigures};
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -32,8 +32,8 @@ pub type Probe<T> = Arc<dyn Fn() -> T + Send + Sync>;
 pub struct Sources {
     /// The broker.
     pub broker: Arc<Broker>,
-    /// Network connections open now (all listeners, before and after CONNECT).
-    pub connections: Option<Probe<u64>>,
+    /// Network connections open now on each listener, before and after CONNECT.
+    pub connections: Option<Probe<Vec<ListenerConnections>>>,
     /// The embedded store's figures, with a data directory.
     pub store: Option<Probe<StoreFigures>>,
     /// Each bridge's name and figures.

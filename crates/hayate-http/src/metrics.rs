@@ -40,6 +40,17 @@ pub struct StoreFigures {
     pub write_errors: u64,
 }
 
+/// The connections open on one listener.
+#[derive(Debug, Clone)]
+pub struct ListenerConnections {
+    /// The listener's name.
+    pub listener: String,
+    /// Its transport: `tcp`, `tls`, `psk`, `ws` or `wss`.
+    pub transport: &'static str,
+    /// Network connections open now, before and after CONNECT.
+    pub open: u64,
+}
+
 /// One bridge's figures.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BridgeFigures {
@@ -199,11 +210,18 @@ impl BrokerCollector {
             get(&stats.clients_maximum),
         )?;
         if let Some(connections) = &self.sources.connections {
-            out.gauge(
+            let samples: Vec<(Labels, u64)> = connections()
+                .into_iter()
+                .map(|l| {
+                    let labels = vec![("listener", l.listener), ("transport", l.transport.into())];
+                    (labels, l.open)
+                })
+                .collect();
+            out.family(
                 "hayate_network_connections",
-                "Network connections open now, before and after CONNECT.",
-                None,
-                connections(),
+                "Network connections open now (before and after CONNECT), by listener and transport.",
+                MetricType::Gauge,
+                &samples,
             )?;
         }
         out.counter(

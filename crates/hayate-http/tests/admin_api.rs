@@ -347,4 +347,10 @@ fn metrics_reflect_traffic() {
             "{line:?} missing in:\n{text}"
         );
     }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hayate_network_connections{listener=")
+                && l.ends_with(",transport=\"tcp\"} 2")),
+        "connections by listener and transport:\n{text}"
+    );
 }

@@ -112,6 +112,17 @@ impl StoreConfig {
     }
 }
 
+/// `server.log_format` (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, fields, message).
+    Json,
+}
+
 /// Durability modes (`[storage] durability`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -153,6 +164,11 @@ pub struct ServerConfig {
     pub max_pending_write_bytes: usize,
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing filter directive).
     pub log_level: String,
+    /// Log line format: `text` (readable) or `json` (one object per line).
+    pub log_format: LogFormat,
+    /// Write logs to this file (appending) instead of standard error; reopened on SIGHUP, so
+    /// logrotate can move it away.
+    pub log_file: Option<PathBuf>,
     /// Per-client inbound limit in bytes per second, enforced by pausing reads (0: none);
     /// `[[listener]]` may override it.
     pub max_inbound_bytes_per_sec: u64,
@@ -173,6 +189,8 @@ impl Default for ServerConfig {
             sys_interval_secs: 10,
             max_pending_write_bytes: 1024 * 1024,
             log_level: "info".to_string(),
+            log_format: LogFormat::Text,
+            log_file: None,
             max_inbound_bytes_per_sec: 0,
             max_inbound_messages_per_sec: 0,
         }

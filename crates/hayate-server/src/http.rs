@@ -3,7 +3,7 @@
 
 use crate::sys::BridgeCounters;
 use hayate_core::Broker;
-use hayate_http::{BridgeFigures, Probe, Sources, StoreFigures};
+use hayate_http::{BridgeFigures, ListenerConnections, Probe, Sources, StoreFigures};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -16,7 +16,7 @@ pub(crate) async fn start(
     broker: &Arc<Broker>,
     store: Option<&Arc<hayate_storage::FjallStore>>,
     bridges: &[BridgeCounters],
-    connections: Probe<u64>,
+    connections: Probe<Vec<ListenerConnections>>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<Option<SocketAddr>> {
     let Some(addr) = config.address().map_err(io::Error::other)? else {

@@ -15,6 +15,6 @@ mod storage;
 mod sys;
 mod transport;
 
-pub use config::{Config, ConfigError, ServerConfig};
+pub use config::{Config, ConfigError, LogFormat, ServerConfig};
 pub use listener::{Server, ServerHandle};
 pub use security::{AuthConfig, SecurityHook};

@@ -64,6 +64,7 @@ impl Server {
         let mut tasks = JoinSet::new();
         let mut local_addrs = Vec::new();
         let mut reloadable = Vec::new();
+        let mut counted: Vec<(Arc<ListenerRuntime>, &'static str)> = Vec::new();
         let listeners = config
             .server
             .listen
@@ -79,6 +80,7 @@ impl Server {
             if !matches!(runtime.acceptor, Acceptor::Tcp | Acceptor::Ws) {
                 reloadable.push(runtime.clone());
             }
+            counted.push((runtime.clone(), transport_name(listener_config.transport)));
             tasks.spawn(accept_loop(
                 listener,
                 runtime,
@@ -98,13 +100,22 @@ impl Server {
                 let _ = handle.task.await;
             });
         }
-        let live = active.clone();
+        let connections = move || {
+            counted
+                .iter()
+                .map(|(runtime, transport)| hayate_http::ListenerConnections {
+                    listener: runtime.info.name.to_string(),
+                    transport,
+                    open: runtime.live.count() as u64,
+                })
+                .collect()
+        };
         let http_addr = crate::http::start(
             &config.http,
             &broker,
             store.as_ref(),
             &bridges,
-            Arc::new(move || live.count() as u64),
+            Arc::new(connections),
             shutdown_rx.clone(),
         )
         .await?;
@@ -185,6 +196,17 @@ impl ServerHandle {
     /// A sender that triggers shutdown when `true` is sent (for signal handlers).
     pub fn shutdown_trigger(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
+    }
+}
+
+/// The transport's name in metrics (`hayate_network_connections{transport=...}`).
+fn transport_name(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Mqtt => "tcp",
+        TransportKind::Mqtts => "tls",
+        TransportKind::Psk => "psk",
+        TransportKind::Ws => "ws",
+        TransportKind::Wss => "wss",
     }
 }
 

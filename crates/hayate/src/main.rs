@@ -4,7 +4,9 @@
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use hayate_server::config::{mosquitto, ConfigFormat, Durability};
-use hayate_server::{Config, Server};
+use hayate_server::{Config, LogFormat, Server};
+
+mod logging;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -78,6 +80,20 @@ struct ServeArgs {
     /// file). Needs [http] token or token_file, or HAYATE_HTTP_TOKEN; see docs/OPERATIONS.md.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// Log line format: text or json (one object per line) (server.log_format).
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<LogFormatArg>,
+    /// Write logs to FILE (appending) instead of standard error; SIGHUP reopens it
+    /// (server.log_file).
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// `--durability` values.
@@ -211,7 +227,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     config.validate()?;
     config.ensure_runnable()?;
-    init_logging(&config.server.log_level)?;
+    if let Some(format) = args.log_format {
+        config.server.log_format = match format {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        };
+    }
+    if let Some(file) = &args.log_file {
+        config.server.log_file = Some(file.clone());
+    }
+    let log_file = logging::init(
+        &config.server.log_level,
+        config.server.log_format,
+        config.server.log_file.as_deref(),
+    )?;
     if let Some(warnings) = warnings {
         tracing::warn!("{warnings}");
     }
@@ -235,6 +264,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error.
         let mut signals = Signals::new();
         while let Signal::Hangup = signals.next().await {
+            if let Some(file) = &log_file {
+                if let Err(error) = file.reopen() {
+                    tracing::error!(%error, "log_file_reopen_failed");
+                }
+            }
             tracing::info!("reload_requested");
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
@@ -284,22 +318,4 @@ impl Signals {
             _ = recv(&mut self.hangup) => Signal::Hangup,
         }
     }
-}
-
-fn init_logging(level: &str) -> anyhow::Result<()> {
-    // rustls warns about every client that sends an IP address as SNI (mosquitto_pub does):
-    // one log line per connection that any client can cause. Keep its errors only, unless the
-    // filter says otherwise.
-    let level = if level.contains("rustls") {
-        level.to_string()
-    } else {
-        format!("{level},rustls=error")
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(&level)
-        .with_context(|| format!("invalid log level {level:?}"))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
-    Ok(())
 }

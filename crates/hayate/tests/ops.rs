@@ -224,3 +224,54 @@ fn dashboard_renders_live_data_in_chromium() {
     assert!(colours.contains_key(&vec![0x11, 0x18, 0x27]));
     assert!(colours.contains_key(&vec![0x25, 0x63, 0xeb]));
 }
+
+/// Waits until `path` holds a line containing `needle`; returns the file's text.
+fn wait_for_line(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{needle:?} never in {}: {text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `--log-format json --log-file`: one JSON object per line in the file, and SIGHUP reopens it
+/// under its name after logrotate moved it.
+#[test]
+fn json_log_file_is_reopened_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("hayate.log");
+    let log_arg = log.display().to_string();
+    let process = HayateProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_hayate")),
+        TOKEN,
+        &["--log-format", "json", "--log-file", &log_arg],
+    );
+    let text = wait_for_line(&log, "hayate_started");
+    for line in text.lines() {
+        let object: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            object["timestamp"].is_string() && object["level"].is_string(),
+            "{line}"
+        );
+    }
+    let rotated = dir.path().join("hayate.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    let status = Command::new("kill")
+        .args(["-HUP", &process.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let reopened = wait_for_line(&log, "reload_requested");
+    assert!(!reopened.contains("hayate_started"), "a new file");
+    assert!(std::fs::read_to_string(&rotated)
+        .unwrap()
+        .contains("hayate_started"));
+}
