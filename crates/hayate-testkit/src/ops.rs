@@ -148,6 +148,16 @@ impl HayateProcess {
     /// Starts `binary serve --listen 127.0.0.1:PORT --http 127.0.0.1:PORT` on free ports with
     /// `extra` arguments and `HAYATE_HTTP_TOKEN=token`, and waits until both ports accept.
     pub fn start(binary: &Path, token: &str, extra: &[&str]) -> HayateProcess {
+        HayateProcess::start_with_env(binary, token, extra, &[])
+    }
+
+    /// [`HayateProcess::start`] with more environment variables.
+    pub fn start_with_env(
+        binary: &Path,
+        token: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> HayateProcess {
         let mqtt = SocketAddr::from(([127, 0, 0, 1], crate::free_port()));
         let http = SocketAddr::from(([127, 0, 0, 1], crate::free_port()));
         let child = Command::new(binary)
@@ -160,6 +170,7 @@ impl HayateProcess {
             ])
             .args(extra)
             .env("HAYATE_HTTP_TOKEN", token)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

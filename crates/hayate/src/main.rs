@@ -7,6 +7,7 @@ use hayate_server::config::{mosquitto, ConfigFormat, Durability};
 use hayate_server::{Config, LogFormat, Server};
 
 mod logging;
+mod notify;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -260,6 +261,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             threads,
             "hayate_started"
         );
+        // systemd (Type=notify): listeners are bound and the store restored.
+        notify::notify("READY=1");
         // SIGINT/SIGTERM stop the broker; SIGHUP re-reads the files it loaded (password, ACL
         // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error.
         let mut signals = Signals::new();
@@ -275,6 +278,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
         }
         tracing::info!("shutdown_requested");
+        notify::notify("STOPPING=1");
         let _ = server.shutdown_trigger().send(true);
         let mut server = server;
         server.wait().await;

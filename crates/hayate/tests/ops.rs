@@ -275,3 +275,32 @@ fn json_log_file_is_reopened_on_sighup() {
         .unwrap()
         .contains("hayate_started"));
 }
+
+/// Started by systemd (`Type=notify`), `hayate serve` sends READY=1 once it serves, and
+/// STOPPING=1 when told to stop.
+#[test]
+fn sd_notify_readiness() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let process = HayateProcess::start_with_env(
+        Path::new(env!("CARGO_BIN_EXE_hayate")),
+        TOKEN,
+        &[],
+        &[("NOTIFY_SOCKET", path.to_str().unwrap())],
+    );
+    let mut buf = [0u8; 256];
+    let n = socket.recv(&mut buf).expect("READY=1 arrives");
+    assert_eq!(&buf[..n], b"READY=1");
+    // It serves by then.
+    let mut client = BlockingClient::connect(process.mqtt, ProtocolVersion::V5, "after-ready");
+    client.send_publish("t", b"x");
+    let status = Command::new("kill")
+        .args(["-TERM", &process.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let n = socket.recv(&mut buf).expect("STOPPING=1 arrives");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+}
