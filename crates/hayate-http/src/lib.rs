@@ -160,3 +160,31 @@ async fn ready(
         (axum::http::StatusCode::OK, "ready\n")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every route the router serves is in the OpenAPI file, and every path there is served.
+    #[test]
+    fn openapi_file_lists_every_route() {
+        // The router's code, not this test's.
+        let source = include_str!("lib.rs").split("#[cfg(test)]").next().unwrap();
+        let served: std::collections::BTreeSet<&str> = source
+            .split(".route(")
+            .skip(1)
+            .filter_map(|rest| rest.trim_start().strip_prefix('"')?.split('"').next())
+            .collect();
+        let openapi = include_str!("../../../docs/admin-openapi.yaml");
+        let documented: std::collections::BTreeSet<&str> = openapi
+            .lines()
+            .filter_map(|line| line.strip_prefix("  /")?.strip_suffix(':'))
+            .map(|path| &path[..])
+            .collect();
+        let served: std::collections::BTreeSet<String> = served
+            .iter()
+            .map(|p| p.trim_start_matches('/').to_string())
+            .collect();
+        let documented: std::collections::BTreeSet<String> =
+            documented.iter().map(|p| p.to_string()).collect();
+        assert_eq!(served, documented);
+    }
+}
