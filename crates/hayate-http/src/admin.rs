@@ -107,6 +107,18 @@ fn summary(c: &ClientSnapshot) -> Value {
     })
 }
 
+fn matches_filters(query: &ClientQuery, snapshot: &ClientSnapshot) -> bool {
+    let username = query
+        .username
+        .as_deref()
+        .is_none_or(|u| snapshot.username.as_deref() == Some(u));
+    let listener = query
+        .listener
+        .as_deref()
+        .is_none_or(|l| snapshot.listener.as_deref() == Some(l));
+    username && listener
+}
+
 /// Clients in client id order, a page at a time (`next_cursor` continues; absent at the end).
 pub(crate) async fn list_clients(
     State(state): State<Arc<AppState>>,
@@ -119,30 +131,22 @@ pub(crate) async fn list_clients(
     let mut next_cursor = None;
     for _ in 0..SCAN_PAGES {
         let page = registry.page(after.as_deref(), query.prefix.as_deref(), limit);
-        let full = page.len() == limit;
-        for cell in &page {
+        let exhausted = page.len() < limit;
+        let mut unexamined = false;
+        for (index, cell) in page.iter().enumerate() {
             let snapshot = cell.snapshot();
             after = Some(snapshot.client_id.to_string());
-            let keep = query
-                .username
-                .as_deref()
-                .is_none_or(|u| snapshot.username.as_deref() == Some(u))
-                && query
-                    .listener
-                    .as_deref()
-                    .is_none_or(|l| snapshot.listener.as_deref() == Some(l));
-            if keep {
+            if matches_filters(&query, &snapshot) {
                 clients.push(summary(&snapshot));
                 if clients.len() == limit {
+                    unexamined = index + 1 < page.len();
                     break;
                 }
             }
         }
-        if !full {
-            break;
-        }
-        next_cursor = after.clone();
-        if clients.len() == limit {
+        // More may follow the last session examined unless the registry ran out.
+        next_cursor = (unexamined || !exhausted).then(|| after.clone()).flatten();
+        if clients.len() == limit || exhausted {
             break;
         }
     }

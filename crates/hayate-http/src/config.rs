@@ -4,6 +4,9 @@ use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
+/// The environment variable holding the token when neither `token` nor `token_file` is set.
+pub const TOKEN_ENV: &str = "HAYATE_HTTP_TOKEN";
+
 /// The `[http]` table (`hayate serve --http ADDR`). Off unless `listen` is set.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -13,7 +16,8 @@ pub struct HttpConfig {
     pub listen: Option<String>,
     /// The bearer token clients send (`Authorization: Bearer TOKEN`).
     pub token: Option<String>,
-    /// A file whose first line is the token (kept out of the configuration file).
+    /// A file whose first line is the token (kept out of the configuration file). Without
+    /// either, the `HAYATE_HTTP_TOKEN` environment variable.
     pub token_file: Option<PathBuf>,
     /// Serve `/metrics` and the admin API without a token. Off by default: a listener
     /// without a token and without this is refused at start.
@@ -41,7 +45,7 @@ pub enum HttpConfigError {
     #[error("[http] set token or token_file, not both")]
     TwoTokens,
     /// Neither a token nor `allow_anonymous = true`.
-    #[error("[http] needs token or token_file (or allow_anonymous = true to serve the admin API to anyone who can connect)")]
+    #[error("[http] needs token or token_file or the HAYATE_HTTP_TOKEN environment variable (or allow_anonymous = true to serve the admin API to anyone who can connect)")]
     NoToken,
 }
 
@@ -73,7 +77,7 @@ impl HttpConfig {
                     })?;
                 Some(text.lines().next().unwrap_or("").trim().to_string())
             }
-            (None, None) => None,
+            (None, None) => std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_string()),
         };
         match token {
             Some(token) if token.is_empty() => Err(HttpConfigError::EmptyToken),
@@ -133,7 +137,9 @@ mod tests {
             listen: Some("0".into()),
             ..HttpConfig::default()
         };
-        assert!(matches!(config.validate(), Err(HttpConfigError::NoToken)));
+        if std::env::var_os(TOKEN_ENV).is_none() {
+            assert!(matches!(config.validate(), Err(HttpConfigError::NoToken)));
+        }
         config.allow_anonymous = true;
         assert_eq!(config.access().unwrap(), Access::Anonymous);
         config.token = Some(" s3cret \n".into());

@@ -162,6 +162,23 @@ fn clients_are_listed_in_pages_with_filters() {
         ids(&alice, "clients", "client_id"),
         ["dev-00", "dev-05", "dev-10", "dev-15", "dev-20"]
     );
+    // Sparse matches in small pages: every match once, whatever the page boundaries.
+    let mut found = Vec::new();
+    let mut path = "/api/v1/clients?username=alice&limit=2".to_string();
+    for _ in 0..30 {
+        let (status, body) = running.api.get_json(&path);
+        assert_eq!(status, 200, "{body}");
+        let page = ids(&body, "clients", "client_id");
+        assert!(page.len() <= 2);
+        found.extend(page);
+        match body["next_cursor"].as_str() {
+            Some(cursor) => {
+                path = format!("/api/v1/clients?username=alice&limit=2&cursor={cursor}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(found, ["dev-00", "dev-05", "dev-10", "dev-15", "dev-20"]);
     let (_, first) = running.api.get_json("/api/v1/clients?limit=1");
     let listener = first["clients"][0]["listener"]
         .as_str()

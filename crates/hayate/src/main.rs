@@ -221,11 +221,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(addr) = &args.http {
         config.http.listen = Some(addr.clone());
     }
-    if let Ok(token) = std::env::var("HAYATE_HTTP_TOKEN") {
-        if config.http.token.is_none() && config.http.token_file.is_none() {
-            config.http.token = Some(token);
-        }
-    }
     config.validate()?;
     config.ensure_runnable()?;
     if let Some(format) = args.log_format {

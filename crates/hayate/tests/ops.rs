@@ -145,6 +145,48 @@ fn prometheus_scrapes_hayate() {
         Some(0.0),
         "a labelled family aggregates"
     );
+    grafana_queries_answer(&api);
+}
+
+/// Every query of the Grafana dashboard (`packaging/grafana/hayate.json`) is valid PromQL for
+/// this Prometheus, and those not about the store or bridges (this broker has neither) return
+/// series.
+fn grafana_queries_answer(api: &HttpApi) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/grafana/hayate.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let encode = |q: &str| -> String {
+        q.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let mut checked = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let q = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*");
+            let optional = q.contains("_store_") || q.contains("_bridge_");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let (status, body) = api.get(&format!("/api/v1/query?query={}", encode(&q)));
+                assert_eq!(status, 200, "{q}: {body}");
+                let body: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(body["status"], "success", "{q}: {body}");
+                let empty = body["data"]["result"].as_array().is_none_or(Vec::is_empty);
+                if optional || !empty {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no series for {q}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "{checked} queries");
 }
 
 fn chromium(args: &[&str], url: &str, profile: &Path) -> std::process::Output {
