@@ -5,7 +5,8 @@
 # dashboard) on 0.0.0.0:9090, with the store in the /var/lib/hayate volume. Orchestrators probe
 # GET /health (liveness) and GET /ready (readiness) on port 9090; they need no token.
 
-FROM rust:1.90-bookworm AS build
+# The newest stable Rust 1.x (the workspace needs 1.90 or later).
+FROM rust:1-bookworm AS build
 WORKDIR /src
 # libssl-dev: TLS-PSK listeners (OpenSSL). Versions are the release's own (a pin breaks on the
 # next Debian point release).
