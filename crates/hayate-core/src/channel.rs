@@ -352,6 +352,8 @@ impl Channel {
             &stats.publish_dropped,
             (report.expired + report.too_large) as u64,
         );
+        Stats::add(&stats.dropped_expired, report.expired as u64);
+        Stats::add(&stats.dropped_too_large, report.too_large as u64);
         Ok(())
     }
 
@@ -479,6 +481,17 @@ impl Channel {
             return Err(self.close_with(
                 ReasonCode::SESSION_TAKEN_OVER,
                 CloseReason::SessionTakenOver,
+                out,
+            ));
+        }
+        if state.kick == self.conn_id {
+            // An operator closed this connection (`Broker::kick`): it ends as a connection
+            // the server closed, its will published.
+            state.kick = 0;
+            drop(state);
+            return Err(self.close_with(
+                ReasonCode::ADMINISTRATIVE_ACTION,
+                CloseReason::AdministrativeAction,
                 out,
             ));
         }

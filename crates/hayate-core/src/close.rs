@@ -120,6 +120,8 @@ pub enum CloseReason {
     EnhancedAuthRefused,
     /// CONNECT refused: bad user name or password, or not authorised.
     AuthenticationFailed,
+    /// An operator closed the connection (the admin API's kick; v5: DISCONNECT 0x98).
+    AdministrativeAction,
 }
 
 impl CloseReason {
@@ -164,6 +166,7 @@ impl CloseReason {
             WillRetainNotSupported => "will_retain_not_supported",
             EnhancedAuthRefused => "enhanced_auth_refused",
             AuthenticationFailed => "authentication_failed",
+            AdministrativeAction => "administrative_action",
         }
     }
 }

@@ -11,6 +11,7 @@
 //! `now`. The only async piece it touches is `tokio::sync::Notify`, the doorbell that wakes a
 //! connection task when a message is queued for it.
 
+pub mod admin;
 mod arrival;
 pub mod broker;
 pub mod channel;

@@ -68,6 +68,9 @@ pub struct SessionState {
     pub doorbell: Option<Arc<Notify>>,
     /// Back-pressure state of this session as a subscriber (see [`crate::flow`]).
     pub congestion: Congestion,
+    /// The connection an operator asked to close ([`crate::Broker::kick`]; 0: none). That
+    /// connection closes at its next `poll_transmit` (its doorbell is rung).
+    pub kick: u64,
     /// The client attached, or the last one while the session is offline: deliveries are
     /// authorised against it (`AuthHook::authorize_read`).
     pub client: Option<Arc<ClientInfo>>,
@@ -224,6 +227,7 @@ impl Registry {
                 protocol: 0,
                 doorbell: None,
                 congestion: Congestion::Clear,
+                kick: 0,
                 client: None,
                 handover: Handover::Settled,
             }),
@@ -261,6 +265,36 @@ impl Registry {
     /// The session for `client_id`, if any.
     pub fn get(&self, client_id: &str) -> Option<Arc<SessionCell>> {
         self.sessions.lock().get(client_id).cloned()
+    }
+
+    /// One page of sessions in client id order: at most `limit` whose client id is greater
+    /// than `after` and starts with `prefix`. The next page starts after the last one
+    /// returned. Walks the whole map under its lock (no copy of it, only the page's entries
+    /// are cloned): O(n log limit), so a listing of 100k clients is many small pages, each
+    /// holding the registry lock about a millisecond, never one giant answer.
+    pub fn page(
+        &self,
+        after: Option<&str>,
+        prefix: Option<&str>,
+        limit: usize,
+    ) -> Vec<Arc<SessionCell>> {
+        let mut smallest = crate::admin::SmallestK::new(limit);
+        let sessions = self.sessions.lock();
+        for id in sessions.keys() {
+            if after.is_some_and(|after| &**id <= after)
+                || prefix.is_some_and(|prefix| !id.starts_with(prefix))
+            {
+                continue;
+            }
+            if smallest.wants(id) {
+                smallest.offer(id.clone());
+            }
+        }
+        smallest
+            .into_sorted()
+            .iter()
+            .filter_map(|id| sessions.get(id).cloned())
+            .collect()
     }
 }
 

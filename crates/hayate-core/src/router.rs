@@ -552,6 +552,86 @@ impl Router {
     pub fn retained_count(&self) -> usize {
         self.retained.read().len()
     }
+
+    /// Removes the retained message of `topic`, from `store` too, without routing anything.
+    /// Returns whether there was one.
+    pub fn remove_retained(&self, topic: &str, store: Option<&Attached>) -> bool {
+        let mut retained = self.retained.write();
+        let removed = retained.remove(topic).is_some();
+        if let (true, Some(attached)) = (removed, store) {
+            attached
+                .store
+                .append(crate::store::StoreOp::DeleteRetained {
+                    topic: topic.to_string(),
+                });
+        }
+        removed
+    }
+
+    /// One page of the retained messages matching `filter`, not expired, in topic order: at
+    /// most `limit` whose topic is greater than `after`. Visits every match under the read
+    /// lock but copies only the page.
+    pub fn retained_page(
+        &self,
+        filter: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Instant,
+    ) -> Vec<Arc<Message>> {
+        let mut page = crate::admin::SmallestK::new(limit);
+        self.retained
+            .read()
+            .for_each_match(filter, |topic, message| {
+                if after.is_none_or(|after| topic > after) && !message.is_expired(now) {
+                    page.offer(SortedByTopic(message.clone()));
+                }
+            });
+        page.into_sorted().into_iter().map(|m| m.0).collect()
+    }
+
+    /// The subscriptions whose filter matches `topic` (shared groups' members included): the
+    /// filter, the session and the granted QoS of each.
+    pub fn subscribers(&self, topic: &str) -> Vec<(Arc<str>, Arc<SessionCell>, QoS)> {
+        let mut found = Vec::new();
+        self.index
+            .read()
+            .for_each_match(topic, |filter, _id, entry| {
+                found.push((
+                    Arc::from(filter),
+                    entry.cell.clone(),
+                    entry.record.options.qos,
+                ));
+            });
+        self.shared
+            .read()
+            .for_each_match(topic, |_filter, _key, group| {
+                for member in group.members.lock().iter() {
+                    let qos = member.record.options.qos;
+                    found.push((group.key.clone(), member.cell.clone(), qos));
+                }
+            });
+        found
+    }
+}
+
+/// A retained message ordered by its topic (for [`Router::retained_page`]).
+struct SortedByTopic(Arc<Message>);
+
+impl PartialEq for SortedByTopic {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.topic == other.0.topic
+    }
+}
+impl Eq for SortedByTopic {}
+impl PartialOrd for SortedByTopic {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for SortedByTopic {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.topic.cmp(&other.0.topic)
+    }
 }
 
 /// Adds a matching subscription to the target list (merged per session later).

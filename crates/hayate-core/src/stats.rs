@@ -18,6 +18,12 @@ pub struct Stats {
     pub publish_sent: AtomicU64,
     /// Messages dropped: queue full, offline QoS 0, expired, too large for the client.
     pub publish_dropped: AtomicU64,
+    /// Of those, dropped because their message expiry interval passed while queued.
+    pub dropped_expired: AtomicU64,
+    /// Of those, dropped because they exceed the client's Maximum Packet Size.
+    pub dropped_too_large: AtomicU64,
+    /// PUBLISH packets from clients that matched no subscription.
+    pub publish_no_subscribers: AtomicU64,
     /// All packets received.
     pub messages_received: AtomicU64,
     /// All packets sent (PUBLISH only is counted by `publish_sent`; this adds control packets
@@ -62,12 +68,15 @@ impl Stats {
     /// when a store is attached ([`crate::store::StoreOp::PutTotals`]). Gauges (clients
     /// connected, retained messages, subscriptions) are not among them: they are counted
     /// again from what is restored.
-    fn lifetime(&self) -> [(&'static str, &AtomicU64); 17] {
+    fn lifetime(&self) -> [(&'static str, &AtomicU64); 20] {
         [
             ("connections_total", &self.connections_total),
             ("publish_received", &self.publish_received),
             ("publish_sent", &self.publish_sent),
             ("publish_dropped", &self.publish_dropped),
+            ("dropped_expired", &self.dropped_expired),
+            ("dropped_too_large", &self.dropped_too_large),
+            ("publish_no_subscribers", &self.publish_no_subscribers),
             ("messages_received", &self.messages_received),
             ("messages_sent", &self.messages_sent),
             ("bytes_received", &self.bytes_received),

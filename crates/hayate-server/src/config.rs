@@ -38,6 +38,8 @@ pub struct Config {
     /// This node's place in a cluster (`[cluster]`, `hayate serve --node-name
     /// --cluster-listen --join`; `docs/CLUSTER.md`). Unset: a single node.
     pub cluster: Option<hayate_cluster::ClusterConfig>,
+    /// The HTTP edge: metrics, health, admin API, dashboard (`[http]`; off unless `listen`).
+    pub http: hayate_http::HttpConfig,
 }
 
 /// Which syntax a configuration file is written in.
@@ -113,6 +115,17 @@ impl StoreConfig {
     }
 }
 
+/// `server.log_format` (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, fields, message).
+    Json,
+}
+
 /// Durability modes (`[storage] durability`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -154,6 +167,11 @@ pub struct ServerConfig {
     pub max_pending_write_bytes: usize,
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing filter directive).
     pub log_level: String,
+    /// Log line format: `text` (readable) or `json` (one object per line).
+    pub log_format: LogFormat,
+    /// Write logs to this file (appending) instead of standard error; reopened on SIGHUP, so
+    /// logrotate can move it away.
+    pub log_file: Option<PathBuf>,
     /// Per-client inbound limit in bytes per second, enforced by pausing reads (0: none);
     /// `[[listener]]` may override it.
     pub max_inbound_bytes_per_sec: u64,
@@ -174,6 +192,8 @@ impl Default for ServerConfig {
             sys_interval_secs: 10,
             max_pending_write_bytes: 1024 * 1024,
             log_level: "info".to_string(),
+            log_format: LogFormat::Text,
+            log_file: None,
             max_inbound_bytes_per_sec: 0,
             max_inbound_messages_per_sec: 0,
         }
@@ -221,6 +241,9 @@ pub enum ConfigError {
     /// `[cluster]` is not usable.
     #[error("{0}")]
     Cluster(String),
+    /// `[http]` cannot be used as set.
+    #[error(transparent)]
+    Http(#[from] hayate_http::HttpConfigError),
     /// A Mosquitto file could not be translated (the message names file, line and key).
     #[error(transparent)]
     Mosquitto(#[from] mosquitto::MosquittoError),
@@ -296,6 +319,7 @@ impl Config {
                 .validate()
                 .map_err(|e| ConfigError::Cluster(e.to_string()))?;
         }
+        self.http.validate()?;
         if self.storage.sync_interval_ms == 0 {
             return Err(ConfigError::Storage(
                 "storage.sync_interval_ms must be at least 1".into(),

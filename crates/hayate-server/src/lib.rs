@@ -7,6 +7,7 @@
 
 pub mod config;
 mod connection;
+mod http;
 mod listener;
 pub mod runtime;
 pub mod security;
@@ -14,6 +15,6 @@ mod storage;
 mod sys;
 mod transport;
 
-pub use config::{Config, ConfigError, ServerConfig};
+pub use config::{Config, ConfigError, LogFormat, ServerConfig};
 pub use listener::{Server, ServerHandle};
 pub use security::{AuthConfig, SecurityHook};

@@ -35,6 +35,8 @@ pub struct ServerHandle {
     /// The embedded store, with a data directory (closed by `shutdown`).
     store: Option<Arc<hayate_storage::FjallStore>>,
     local_addrs: Vec<SocketAddr>,
+    /// The HTTP edge's address, when `[http] listen` is set.
+    http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
     /// Listeners with files to re-read on reload (certificates, PSK keys).
@@ -76,6 +78,7 @@ impl Server {
         let active = Arc::new(LiveConnections::default());
         let mut local_addrs = Vec::new();
         let mut reloadable = Vec::new();
+        let mut counted: Vec<(Arc<ListenerRuntime>, &'static str)> = Vec::new();
         let listeners = config
             .server
             .listen
@@ -97,6 +100,7 @@ impl Server {
             if !matches!(runtime.acceptor, Acceptor::Tcp | Acceptor::Ws) {
                 reloadable.push(runtime.clone());
             }
+            counted.push((runtime.clone(), transport_name(listener_config.transport)));
             tasks.spawn(accept_loop(
                 listener,
                 runtime,
@@ -116,6 +120,25 @@ impl Server {
                 let _ = handle.task.await;
             });
         }
+        let connections = move || {
+            counted
+                .iter()
+                .map(|(runtime, transport)| hayate_http::ListenerConnections {
+                    listener: runtime.info.name.to_string(),
+                    transport,
+                    open: runtime.live.count() as u64,
+                })
+                .collect()
+        };
+        let http_addr = crate::http::start(
+            &config.http,
+            &broker,
+            store.as_ref(),
+            &bridges,
+            Arc::new(connections),
+            shutdown_rx.clone(),
+        )
+        .await?;
         if config.server.sys_interval_secs > 0 {
             let interval = Duration::from_secs(config.server.sys_interval_secs);
             tasks.spawn(crate::sys::sys_loop(
@@ -130,6 +153,7 @@ impl Server {
             broker,
             store,
             local_addrs,
+            http_addr,
             shutdown,
             tasks,
             reloadable,
@@ -141,6 +165,11 @@ impl ServerHandle {
     /// The bound addresses, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// The HTTP edge's bound address (metrics, admin API, dashboard), when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Stops accepting, tells every connection to close (v5 clients get DISCONNECT 0x8B), and
@@ -187,6 +216,17 @@ impl ServerHandle {
     /// A sender that triggers shutdown when `true` is sent (for signal handlers).
     pub fn shutdown_trigger(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
+    }
+}
+
+/// The transport's name in metrics (`hayate_network_connections{transport=...}`).
+fn transport_name(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Mqtt => "tcp",
+        TransportKind::Mqtts => "tls",
+        TransportKind::Psk => "psk",
+        TransportKind::Ws => "ws",
+        TransportKind::Wss => "wss",
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod blocking;
 pub mod cluster;
 pub mod core;
+pub mod ops;
 pub mod store;
 
 use bytes::{Bytes, BytesMut};

@@ -4,7 +4,10 @@
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use hayate_server::config::{mosquitto, ConfigFormat, Durability};
-use hayate_server::{Config, Server};
+use hayate_server::{Config, LogFormat, Server};
+
+mod logging;
+mod notify;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -107,6 +110,25 @@ struct ServeArgs {
         requires = "node_name"
     )]
     join: Vec<String>,
+    /// Serve metrics (/metrics), health (/health, /ready), the admin API and the dashboard
+    /// over HTTP on ADDR (HOST:PORT, or a port for 127.0.0.1:PORT; [http] listen in the
+    /// file). Needs [http] token or token_file, or HAYATE_HTTP_TOKEN; see docs/OPERATIONS.md.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Log line format: text or json (one object per line) (server.log_format).
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<LogFormatArg>,
+    /// Write logs to FILE (appending) instead of standard error; SIGHUP reopens it
+    /// (server.log_file).
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// `--durability` values.
@@ -254,9 +276,25 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             DurabilityArg::Off => Durability::Off,
         };
     }
+    if let Some(addr) = &args.http {
+        config.http.listen = Some(addr.clone());
+    }
     config.validate()?;
     config.ensure_runnable()?;
-    init_logging(&config.server.log_level)?;
+    if let Some(format) = args.log_format {
+        config.server.log_format = match format {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        };
+    }
+    if let Some(file) = &args.log_file {
+        config.server.log_file = Some(file.clone());
+    }
+    let log_file = logging::init(
+        &config.server.log_level,
+        config.server.log_format,
+        config.server.log_file.as_deref(),
+    )?;
     if let Some(warnings) = warnings {
         tracing::warn!("{warnings}");
     }
@@ -276,16 +314,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             threads,
             "hayate_started"
         );
+        // systemd (Type=notify): listeners are bound and the store restored.
+        notify::notify("READY=1");
         // SIGINT/SIGTERM stop the broker; SIGHUP re-reads the files it loaded (password, ACL
         // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error.
         let mut signals = Signals::new();
         while let Signal::Hangup = signals.next().await {
+            if let Some(file) = &log_file {
+                if let Err(error) = file.reopen() {
+                    tracing::error!(%error, "log_file_reopen_failed");
+                }
+            }
             tracing::info!("reload_requested");
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
         }
         tracing::info!("shutdown_requested");
+        notify::notify("STOPPING=1");
         let _ = server.shutdown_trigger().send(true);
         let mut server = server;
         server.wait().await;
@@ -347,22 +393,4 @@ impl Signals {
             _ = recv(&mut self.hangup) => Signal::Hangup,
         }
     }
-}
-
-fn init_logging(level: &str) -> anyhow::Result<()> {
-    // rustls warns about every client that sends an IP address as SNI (mosquitto_pub does):
-    // one log line per connection that any client can cause. Keep its errors only, unless the
-    // filter says otherwise.
-    let level = if level.contains("rustls") {
-        level.to_string()
-    } else {
-        format!("{level},rustls=error")
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(&level)
-        .with_context(|| format!("invalid log level {level:?}"))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
-    Ok(())
 }

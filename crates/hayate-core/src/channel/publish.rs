@@ -180,6 +180,9 @@ impl Channel {
             .then(|| broker.attached().map(|attached| attached.group()))
             .flatten();
         let outcome = self.broker.publish(Arc::new(message), now, wake);
+        if outcome.delivered == 0 && outcome.dropped == 0 && outcome.denied == 0 {
+            Stats::add(&self.broker.stats.publish_no_subscribers, 1);
+        }
         let mut stored = outcome.stored;
         if let (QoS::ExactlyOnce, Some(id)) = (publish.qos, publish.packet_id) {
             let (_, ticket) =

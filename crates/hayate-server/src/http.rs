@@ -1,0 +1,59 @@
+//! Starts the HTTP edge (`hayate-http`) when `[http] listen` is set, with probes over what
+//! only the server knows: live connections, the store, the bridges.
+
+use crate::sys::BridgeCounters;
+use hayate_core::Broker;
+use hayate_http::{BridgeFigures, ListenerConnections, Probe, Sources, StoreFigures};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Binds and serves the HTTP edge; `None` when it is off.
+pub(crate) async fn start(
+    config: &hayate_http::HttpConfig,
+    broker: &Arc<Broker>,
+    store: Option<&Arc<hayate_storage::FjallStore>>,
+    bridges: &[BridgeCounters],
+    connections: Probe<Vec<ListenerConnections>>,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<Option<SocketAddr>> {
+    let Some(addr) = config.address().map_err(io::Error::other)? else {
+        return Ok(None);
+    };
+    let access = config.access().map_err(io::Error::other)?;
+    let mut sources = Sources::new(broker.clone());
+    sources.connections = Some(connections);
+    sources.store = store.map(|store| {
+        let store = store.clone();
+        Arc::new(move || {
+            let stats = store.stats();
+            StoreFigures {
+                healthy: stats.healthy,
+                disk_bytes: store.disk_bytes(),
+                queued_messages: stats.queued,
+                fsyncs: stats.syncs,
+                fsync_micros: stats.sync_micros,
+                fsync_max_micros: stats.sync_max_micros,
+                write_errors: stats.write_errors,
+            }
+        }) as Probe<StoreFigures>
+    });
+    sources.bridges = bridges
+        .iter()
+        .map(|(name, stats)| {
+            let stats = stats.clone();
+            let probe: Probe<BridgeFigures> = Arc::new(move || BridgeFigures {
+                connected: stats.connected.load(Relaxed),
+                connects: stats.connects.load(Relaxed),
+                messages_out: stats.messages_out.load(Relaxed),
+                messages_in: stats.messages_in.load(Relaxed),
+                dropped: stats.dropped.load(Relaxed),
+            });
+            (name.clone(), probe)
+        })
+        .collect();
+    let server = hayate_http::serve(addr, access, sources, shutdown).await?;
+    Ok(Some(server.local_addr))
+}

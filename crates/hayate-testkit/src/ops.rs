@@ -1,0 +1,206 @@
+//! Support for the operations tests: external tools (Prometheus, promtool, Chromium) found or
+//! skipped, a blocking HTTP client for the admin API, and a `hayate serve` child process.
+
+use serde_json::Value;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The path of an installed tool, from `PATH` or the usual system directories. When it is
+/// missing the test is skipped with a note, unless `HAYATE_REQUIRE_TOOLS` is set (as
+/// `scripts/test` does after installing them): then a missing tool fails the test.
+pub fn tool_or_skip(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("HAYATE_REQUIRE_TOOLS").is_none(),
+            "{name} is not installed and HAYATE_REQUIRE_TOOLS is set (scripts/test installs it)"
+        );
+        println!("note: {name} is not installed; skipping this test");
+    }
+    found
+}
+
+/// A blocking HTTP client for one Hayate HTTP edge. Every call returns the status and the
+/// body; 4xx and 5xx are answers, not errors.
+pub struct HttpApi {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+impl HttpApi {
+    /// A client of `addr` sending `token` as the bearer token (if any).
+    pub fn new(addr: SocketAddr, token: Option<&str>) -> HttpApi {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        HttpApi {
+            agent,
+            base: format!("http://{addr}"),
+            token: token.map(str::to_string),
+        }
+    }
+
+    /// The base URL (`http://ADDR`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The same server with another token (or none).
+    pub fn with_token(&self, token: Option<&str>) -> HttpApi {
+        HttpApi {
+            agent: self.agent.clone(),
+            base: self.base.clone(),
+            token: token.map(str::to_string),
+        }
+    }
+
+    fn auth<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(token) => request.header("Authorization", format!("Bearer {token}")),
+            None => request,
+        }
+    }
+
+    fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, String) {
+        let mut response = response.expect("HTTP request");
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .read_to_string()
+            .expect("HTTP body is text");
+        (status, body)
+    }
+
+    /// `GET path` (path and query, starting with `/`).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        Self::finish(
+            self.auth(self.agent.get(format!("{}{path}", self.base)))
+                .call(),
+        )
+    }
+
+    /// `GET path`, or `None` when the request fails below HTTP (connection refused...).
+    pub fn try_get(&self, path: &str) -> Option<(u16, String)> {
+        let mut response = self
+            .auth(self.agent.get(format!("{}{path}", self.base)))
+            .call()
+            .ok()?;
+        let body = response.body_mut().read_to_string().ok()?;
+        Some((response.status().as_u16(), body))
+    }
+
+    /// `GET path`, the body parsed as JSON.
+    pub fn get_json(&self, path: &str) -> (u16, Value) {
+        json(self.get(path))
+    }
+
+    /// `DELETE path`, the body parsed as JSON.
+    pub fn delete(&self, path: &str) -> (u16, Value) {
+        json(Self::finish(
+            self.auth(self.agent.delete(format!("{}{path}", self.base)))
+                .call(),
+        ))
+    }
+
+    /// `POST path` with a JSON body, the answer parsed as JSON.
+    pub fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        json(Self::finish(
+            self.auth(self.agent.post(format!("{}{path}", self.base)))
+                .send_json(body),
+        ))
+    }
+
+    /// `POST path` with a raw body of `content_type`.
+    pub fn post_raw(&self, path: &str, content_type: &str, body: &str) -> (u16, String) {
+        Self::finish(
+            self.auth(self.agent.post(format!("{}{path}", self.base)))
+                .header("Content-Type", content_type)
+                .send(body),
+        )
+    }
+}
+
+fn json((status, body): (u16, String)) -> (u16, Value) {
+    let value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("HTTP {status} body is not JSON ({e}): {body}"));
+    (status, value)
+}
+
+/// A `hayate serve` child process, killed when dropped.
+pub struct HayateProcess {
+    child: Child,
+    /// Its MQTT listener.
+    pub mqtt: SocketAddr,
+    /// Its HTTP edge.
+    pub http: SocketAddr,
+}
+
+impl HayateProcess {
+    /// Starts `binary serve --listen 127.0.0.1:PORT --http 127.0.0.1:PORT` on free ports with
+    /// `extra` arguments and `HAYATE_HTTP_TOKEN=token`, and waits until both ports accept.
+    pub fn start(binary: &Path, token: &str, extra: &[&str]) -> HayateProcess {
+        HayateProcess::start_with_env(binary, token, extra, &[])
+    }
+
+    /// [`HayateProcess::start`] with more environment variables.
+    pub fn start_with_env(
+        binary: &Path,
+        token: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> HayateProcess {
+        let mqtt = SocketAddr::from(([127, 0, 0, 1], crate::free_port()));
+        let http = SocketAddr::from(([127, 0, 0, 1], crate::free_port()));
+        let child = Command::new(binary)
+            .args([
+                "serve",
+                "--listen",
+                &mqtt.to_string(),
+                "--http",
+                &http.to_string(),
+            ])
+            .args(extra)
+            .env("HAYATE_HTTP_TOKEN", token)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("hayate serve starts");
+        let mut process = HayateProcess { child, mqtt, http };
+        process.wait_for_port(mqtt);
+        process.wait_for_port(http);
+        process
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_for_port(&mut self, addr: SocketAddr) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(addr).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("hayate serve exited with {status}");
+            }
+            assert!(Instant::now() < deadline, "{addr} never accepted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for HayateProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
