@@ -48,26 +48,41 @@ pub struct BridgeHandle {
     pub task: JoinHandle<()>,
 }
 
-/// What of `config` this version cannot run, naming the key; `None` when it can run.
+/// What of `config` this version cannot run, naming the key; `None` when it can run. It also
+/// reads the TLS files, so that a bridge with an unreadable certificate is refused at start.
 pub fn unsupported(config: &BridgeConfig) -> Option<String> {
     let name = &config.name;
-    let tls = [
-        ("bridge_cafile", config.cafile.is_some()),
-        ("bridge_capath", config.capath.is_some()),
-        ("bridge_certfile", config.certfile.is_some()),
-        ("bridge_keyfile", config.keyfile.is_some()),
-        ("bridge_identity", config.identity.is_some()),
-        ("bridge_psk", config.psk.is_some()),
+    if config.require_ocsp {
+        return Some(format!(
+            "bridge {name}: bridge_require_ocsp is not supported (no OCSP checking)"
+        ));
+    }
+    let tls = config.cafile.is_some() || config.capath.is_some();
+    let psk = config.psk.is_some();
+    let tls_only = [
+        ("bridge_insecure", config.insecure),
         ("bridge_tls_version", config.tls_version.is_some()),
         ("bridge_alpn", config.alpn.is_some()),
-        ("bridge_require_ocsp", config.require_ocsp),
-        ("bridge_insecure", config.insecure),
-        ("bridge_bind_address", config.bind_address.is_some()),
     ];
-    if let Some((key, _)) = tls.iter().find(|(_, set)| *set) {
+    if let Some((key, _)) = tls_only.iter().find(|(_, set)| *set && !tls && !psk) {
         return Some(format!(
-            "bridge {name}: {key} is not supported yet (bridges connect over plain TCP only)"
+            "bridge {name}: {key} applies to TLS bridges only (set bridge_cafile, bridge_capath or bridge_psk)"
         ));
+    }
+    if config.insecure && psk {
+        return Some(format!(
+            "bridge {name}: bridge_insecure applies to certificate TLS, not to bridge_psk"
+        ));
+    }
+    if let Some(address) = &config.bind_address {
+        if address.parse::<std::net::IpAddr>().is_err() {
+            return Some(format!(
+                "bridge {name}: bridge_bind_address {address:?} is not an IP address"
+            ));
+        }
+    }
+    if let Err(error) = crate::transport::Connector::new(config) {
+        return Some(format!("bridge {name}: {error}"));
     }
     if config.start_type == BridgeStartType::Lazy {
         return Some(format!(

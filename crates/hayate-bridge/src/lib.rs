@@ -3,7 +3,7 @@
 //!
 //! Each bridge is one Tokio task. Towards the local broker it is an ordinary client session
 //! driven in-process through a `hayate_core::Channel` ([`local`]); towards the remote broker it
-//! is an MQTT client over TCP ([`remote`]). The link between them ([`link`]) passes packets
+//! is an MQTT client over TCP, TLS or TLS-PSK ([`remote`], [`transport`]). The link between them ([`link`]) passes packets
 //! through, mapping topics ([`mapping`]) and keeping packet identifiers, so that a message is
 //! acknowledged on one side only once the other side has acknowledged it.
 
@@ -15,6 +15,7 @@ mod bridge;
 mod link;
 mod local;
 mod remote;
+mod transport;
 
 pub use backoff::{AddressCycle, Backoff};
 pub use bridge::{spawn, unsupported, BridgeHandle, BridgeStats};
@@ -49,6 +50,9 @@ pub enum BridgeError {
     /// Something did not arrive in time.
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// The TLS settings could not be used (a file unreadable, a bad key).
+    #[error("TLS setup: {0}")]
+    TlsSetup(String),
     /// The remote broker broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),

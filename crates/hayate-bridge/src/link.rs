@@ -11,6 +11,7 @@
 use crate::bridge::{Bridge, BridgeStats};
 use crate::local::{Local, RemoteLimits};
 use crate::remote::Remote;
+use crate::transport::Connector;
 use crate::BridgeError;
 use hayate_codec::{
     ByteStr, Packet, PacketId, Properties, PubResp, Publish, QoS, ReasonCode, Subscribe,
@@ -98,7 +99,9 @@ impl<'a> Link<'a> {
     /// Connects to the remote broker, subscribes there, then connects the local session.
     async fn open(bridge: &'a mut Bridge, address: &str) -> Result<Link<'a>, BridgeError> {
         let config = &bridge.config;
+        let connector = Connector::new(config).map_err(BridgeError::TlsSetup)?;
         let (mut remote, connack) = Remote::connect(
+            &connector,
             address,
             config,
             &bridge.remote_client_id,

@@ -8,6 +8,9 @@
 
 pub mod blocking;
 pub mod core;
+pub mod mosquitto;
+pub mod pki;
+pub mod process;
 pub mod store;
 
 use bytes::{Bytes, BytesMut};
