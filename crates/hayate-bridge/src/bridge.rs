@@ -5,6 +5,7 @@ use crate::config::{BridgeConfig, BridgeStartType};
 use crate::link::{Link, LinkEnd};
 use crate::local::LocalSettings;
 use crate::mapping::TopicMap;
+use crate::retained::{RetainedChanges, Watcher};
 use hayate_codec::{Properties, Publish, QoS, Will};
 use hayate_core::Broker;
 use std::collections::HashSet;
@@ -29,6 +30,9 @@ pub struct BridgeStats {
     pub messages_in: AtomicU64,
     /// Messages received that no topic rule maps (acknowledged and dropped).
     pub dropped: AtomicU64,
+    /// Retained messages (or deletions) sent again after an outage because they changed
+    /// while the link was down.
+    pub retained_replayed: AtomicU64,
 }
 
 impl BridgeStats {
@@ -109,6 +113,10 @@ pub(crate) struct Bridge {
     /// Inbound QoS 2 messages passed to the local session at QoS 2 whose PUBCOMP has not come
     /// back: released locally if the remote session turns out to be new (see `Link::open`).
     pub in_q2: HashSet<u16>,
+    /// While the link is down: the watcher of retained changes (`crate::retained`).
+    pub watcher: Option<Watcher>,
+    /// Retained changes not replayed yet (a replay cut short, or a watcher that failed).
+    pub carried: RetainedChanges,
 }
 
 impl Bridge {
@@ -133,6 +141,19 @@ impl Bridge {
 }
 
 impl Bridge {
+    /// Starts watching retained changes for the outage that begins (only where retained
+    /// messages go out: an `out`/`both` topic and `bridge_outgoing_retain`).
+    pub(crate) fn start_watcher(&mut self, now: std::time::Instant) {
+        if !self.config.outgoing_retain || self.topics.outgoing().next().is_none() {
+            return;
+        }
+        let carried = std::mem::take(&mut self.carried);
+        match Watcher::start(&self.broker, &self.local, &self.topics, carried, now) {
+            Ok(watcher) => self.watcher = Some(watcher),
+            Err(carried) => self.carried = carried,
+        }
+    }
+
     /// The will set on the remote connection: the state "0", retained, so the remote side
     /// learns when the link drops (unless notifications are off or local only).
     pub(crate) fn notification_will(&self) -> Option<Will> {
@@ -203,6 +224,8 @@ pub fn spawn(
         q2_over_q1: HashSet::new(),
         rel_direct: HashSet::new(),
         in_q2: HashSet::new(),
+        watcher: None,
+        carried: RetainedChanges::default(),
         config,
     };
     let name = bridge.config.name.clone();
@@ -250,6 +273,9 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
             _ = tokio::time::sleep(delay) => {}
             _ = shutdown.changed() => {}
         }
+    }
+    if let Some(watcher) = bridge.watcher.take() {
+        watcher.finish().await;
     }
     bridge.notify_local(false);
     tracing::info!(bridge = %name, "bridge_stopped");

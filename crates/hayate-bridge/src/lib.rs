@@ -15,6 +15,7 @@ mod bridge;
 mod link;
 mod local;
 mod remote;
+mod retained;
 mod transport;
 
 pub use backoff::{AddressCycle, Backoff};

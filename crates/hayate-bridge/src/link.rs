@@ -11,6 +11,7 @@
 use crate::bridge::{Bridge, BridgeStats};
 use crate::local::{Local, RemoteLimits};
 use crate::remote::Remote;
+use crate::retained::RetainedChanges;
 use crate::transport::Connector;
 use crate::BridgeError;
 use hayate_codec::{
@@ -55,6 +56,24 @@ pub(crate) struct Link<'a> {
     /// The keep alive in use: the remote broker's Server Keep Alive (v5) or ours.
     keep_alive: Duration,
     last_input: tokio::time::Instant,
+    /// Retained messages changed while the link was down, to send once the session has sent
+    /// what it had queued (`crate::retained`).
+    replay: Option<Replay>,
+    /// PINGREQs sent and PINGRESPs received on this link.
+    pings_sent: u64,
+    pings_answered: u64,
+}
+
+/// A replay of retained state, pending or awaiting its confirmation.
+struct Replay {
+    changes: RetainedChanges,
+    /// PUBLISHes the local session held when it resumed (queued while the link was down):
+    /// the replay goes after them.
+    stale: usize,
+    /// PUBLISHes forwarded from the local session since it resumed.
+    forwarded: usize,
+    /// Sent, confirmed once this many PINGRESPs have come.
+    confirmed_at: Option<u64>,
 }
 
 impl<'a> Link<'a> {
@@ -72,6 +91,7 @@ impl<'a> Link<'a> {
             _ = shutdown.changed() => return LinkEnd::Shutdown,
         };
         let name = link.bridge.config.name.clone();
+        link.take_retained_changes().await;
         tracing::info!(bridge = %name, %address, version = ?link.remote.version(), "bridge_connected");
         link.bridge.stats.connected.store(true, Ordering::Relaxed);
         BridgeStats::add(&link.bridge.stats.connects, 1);
@@ -90,6 +110,11 @@ impl<'a> Link<'a> {
                 LinkEnd::Shutdown
             }
             Err(error) => {
+                if let Some(replay) = link.replay.take() {
+                    link.bridge.carried.merge(replay.changes);
+                }
+                // Watch before the session goes offline, so that no change is missed.
+                link.bridge.start_watcher(now);
                 link.local.close(false, now);
                 LinkEnd::Dropped(error)
             }
@@ -196,7 +221,65 @@ impl<'a> Link<'a> {
             released: stale_q2,
             keep_alive,
             last_input: tokio::time::Instant::now(),
+            replay: None,
+            pings_sent: 0,
+            pings_answered: 0,
         })
+    }
+
+    /// Stops the watcher of the outage that ends (the session is resumed now) and keeps what
+    /// it recorded for the replay.
+    async fn take_retained_changes(&mut self) {
+        let mut changes = std::mem::take(&mut self.bridge.carried);
+        if let Some(watcher) = self.bridge.watcher.take() {
+            changes.merge(watcher.finish().await);
+        }
+        if !changes.is_empty() {
+            let (waiting, in_flight) = self.local.held();
+            self.replay = Some(Replay {
+                changes,
+                stale: waiting + in_flight,
+                forwarded: 0,
+                confirmed_at: None,
+            });
+        }
+    }
+
+    /// Sends the retained replay once what the session had queued has gone out (or nothing
+    /// waits in it any more), then a PINGREQ whose answer confirms it.
+    fn replay_when_due(&mut self, now: Instant) -> Result<(), BridgeError> {
+        let Some(replay) = &mut self.replay else {
+            return Ok(());
+        };
+        if replay.confirmed_at.is_some()
+            || (replay.forwarded < replay.stale && self.local.held().0 > 0)
+        {
+            return Ok(());
+        }
+        let publishes = replay
+            .changes
+            .replay(&self.bridge.broker, &self.bridge.topics, now);
+        tracing::info!(bridge = %self.bridge.config.name, topics = publishes.len(), "bridge_retained_replay");
+        BridgeStats::add(&self.bridge.stats.retained_replayed, publishes.len() as u64);
+        for publish in publishes {
+            self.remote.queue(&Packet::Publish(publish))?;
+        }
+        self.remote.queue(&Packet::PingReq)?;
+        self.pings_sent += 1;
+        replay.confirmed_at = Some(self.pings_sent);
+        Ok(())
+    }
+
+    fn on_ping_response(&mut self) {
+        self.pings_answered += 1;
+        let confirmed = self
+            .replay
+            .as_ref()
+            .and_then(|replay| replay.confirmed_at)
+            .is_some_and(|at| self.pings_answered >= at);
+        if confirmed {
+            self.replay = None;
+        }
     }
 
     /// Passes packets both ways until an error or shutdown (`Ok`).
@@ -212,6 +295,7 @@ impl<'a> Link<'a> {
         self.local.transmit(Instant::now())?;
         loop {
             self.forward_local_output()?;
+            self.replay_when_due(Instant::now())?;
             tokio::time::timeout(WRITE_TIMEOUT, self.remote.flush())
                 .await
                 .map_err(|_| BridgeError::Timeout("the remote broker to read"))??;
@@ -256,6 +340,7 @@ impl<'a> Link<'a> {
                         return Err(BridgeError::Timeout("PINGRESP"));
                     }
                     self.remote.queue(&Packet::PingReq)?;
+                    self.pings_sent += 1;
                 }
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
@@ -300,7 +385,11 @@ impl<'a> Link<'a> {
                 self.log_refused_subscriptions("remote", &suback.reason_codes);
                 Ok(())
             }
-            Packet::UnsubAck(_) | Packet::PingResp => Ok(()),
+            Packet::PingResp => {
+                self.on_ping_response();
+                Ok(())
+            }
+            Packet::UnsubAck(_) => Ok(()),
             Packet::Disconnect(disconnect) => {
                 Err(BridgeError::Disconnected(disconnect.reason_code.0))
             }
@@ -455,6 +544,9 @@ impl<'a> Link<'a> {
                 }
             };
         };
+        if let Some(replay) = &mut self.replay {
+            replay.forwarded += 1;
+        }
         if publish.dup {
             BridgeStats::add(&self.bridge.stats.resent_out, 1);
         }
@@ -482,7 +574,7 @@ impl<'a> Link<'a> {
 /// The properties of a forwarded message: what the publisher set (payload format, expiry,
 /// content type, response topic, correlation data, user properties); not what belongs to one
 /// connection (topic alias, subscription identifiers).
-fn forwarded_properties(mut properties: Properties) -> Properties {
+pub(crate) fn forwarded_properties(mut properties: Properties) -> Properties {
     properties.topic_alias = None;
     properties.subscription_identifiers.clear();
     properties

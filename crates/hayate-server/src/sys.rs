@@ -182,6 +182,7 @@ fn publish_bridge(
         ("messages/out/resent", &bridge.resent_out),
         ("messages/in", &bridge.messages_in),
         ("messages/dropped", &bridge.dropped),
+        ("messages/retained_replayed", &bridge.retained_replayed),
     ] {
         publish(
             &format!("$SYS/broker/bridge/{name}/{key}"),
