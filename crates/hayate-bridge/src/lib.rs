@@ -16,10 +16,12 @@ mod link;
 mod local;
 mod remote;
 mod retained;
+mod set;
 mod transport;
 
 pub use backoff::{AddressCycle, Backoff};
 pub use bridge::{spawn, unsupported, BridgeHandle, BridgeStats};
+pub use set::{BridgeSet, Reload};
 
 /// Why a bridge's link ended (each is logged, then the bridge backs off and reconnects).
 #[derive(Debug, thiserror::Error)]
