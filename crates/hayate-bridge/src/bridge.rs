@@ -88,11 +88,6 @@ pub fn unsupported(config: &BridgeConfig) -> Option<String> {
     if let Err(error) = crate::transport::Connector::new(config) {
         return Some(format!("bridge {name}: {error}"));
     }
-    if config.start_type == BridgeStartType::Lazy {
-        return Some(format!(
-            "bridge {name}: start_type lazy is not supported yet (automatic and once are)"
-        ));
-    }
     None
 }
 
@@ -241,10 +236,21 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
     );
     let mut addresses =
         AddressCycle::new(bridge.config.addresses.clone(), bridge.config.round_robin);
+    let lazy = bridge.config.start_type == BridgeStartType::Lazy;
+    // Lazy: wait for messages before connecting (at start and after each link).
+    let mut wait_for_demand = lazy;
     bridge.notify_local(false);
     loop {
         if *shutdown.borrow() {
             break;
+        }
+        if wait_for_demand {
+            if let Err(error) = crate::lazy::prepare_session(&mut bridge) {
+                tracing::warn!(bridge = %name, %error, "bridge_local_session_failed");
+            } else if !crate::lazy::wait_for_demand(&bridge, &mut shutdown).await {
+                break;
+            }
+            wait_for_demand = false;
         }
         let address = addresses.current().to_string();
         tracing::info!(bridge = %name, %address, "bridge_connecting");
@@ -252,6 +258,13 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
         bridge.stats.connected.store(false, Ordering::Relaxed);
         match end {
             LinkEnd::Shutdown => break,
+            LinkEnd::Idle => {
+                tracing::info!(bridge = %name, %address, "bridge_idle_disconnected");
+                bridge.notify_local(false);
+                backoff.reset();
+                wait_for_demand = true;
+                continue;
+            }
             LinkEnd::Failed(error) => {
                 tracing::warn!(bridge = %name, %address, %error, "bridge_connect_failed");
                 addresses.failed();
@@ -261,6 +274,7 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
                 bridge.notify_local(false);
                 backoff.reset();
                 addresses.dropped();
+                wait_for_demand = lazy;
             }
         }
         if bridge.config.start_type == BridgeStartType::Once {

@@ -12,6 +12,7 @@ pub mod mapping;
 
 mod backoff;
 mod bridge;
+mod lazy;
 mod link;
 mod local;
 mod remote;
@@ -56,6 +57,9 @@ pub enum BridgeError {
     /// The TLS settings could not be used (a file unreadable, a bad key).
     #[error("TLS setup: {0}")]
     TlsSetup(String),
+    /// `start_type lazy`: no message either way for `idle_timeout` (the link closes cleanly).
+    #[error("idle for idle_timeout (start_type lazy)")]
+    Idle,
     /// The remote broker broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),

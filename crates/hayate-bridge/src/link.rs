@@ -42,6 +42,8 @@ pub(crate) enum LinkEnd {
     Failed(BridgeError),
     /// The link was up and dropped.
     Dropped(BridgeError),
+    /// `start_type lazy`: the link was idle for `idle_timeout` and closed cleanly.
+    Idle,
 }
 
 pub(crate) struct Link<'a> {
@@ -56,6 +58,8 @@ pub(crate) struct Link<'a> {
     /// The keep alive in use: the remote broker's Server Keep Alive (v5) or ours.
     keep_alive: Duration,
     last_input: tokio::time::Instant,
+    /// Last PUBLISH either way (`start_type lazy` closes the link after `idle_timeout`).
+    last_traffic: tokio::time::Instant,
     /// Retained messages changed while the link was down, to send once the session has sent
     /// what it had queued (`crate::retained`).
     replay: Option<Replay>,
@@ -108,6 +112,12 @@ impl<'a> Link<'a> {
                 link.local.close(end_session, now);
                 link.remote.disconnect().await;
                 LinkEnd::Shutdown
+            }
+            Err(BridgeError::Idle) => {
+                link.bridge.start_watcher(now);
+                link.local.close(false, now);
+                link.remote.disconnect().await;
+                LinkEnd::Idle
             }
             Err(error) => {
                 if let Some(replay) = link.replay.take() {
@@ -221,6 +231,7 @@ impl<'a> Link<'a> {
             released: stale_q2,
             keep_alive,
             last_input: tokio::time::Instant::now(),
+            last_traffic: tokio::time::Instant::now(),
             replay: None,
             pings_sent: 0,
             pings_answered: 0,
@@ -270,6 +281,20 @@ impl<'a> Link<'a> {
         Ok(())
     }
 
+    /// `start_type lazy`: ends the link once nothing has crossed it for `idle_timeout` and
+    /// nothing is queued or in flight.
+    fn check_idle(&self) -> Result<(), BridgeError> {
+        let idle = Duration::from_secs(self.bridge.config.idle_timeout_secs.max(1));
+        if self.last_traffic.elapsed() >= idle
+            && self.local.held() == (0, 0)
+            && self.replay.is_none()
+            && self.bridge.in_q2.is_empty()
+        {
+            return Err(BridgeError::Idle);
+        }
+        Ok(())
+    }
+
     fn on_ping_response(&mut self) {
         self.pings_answered += 1;
         let confirmed = self
@@ -292,6 +317,8 @@ impl<'a> Link<'a> {
             keep_alive
         });
         ping.tick().await;
+        let lazy = self.bridge.config.start_type == crate::config::BridgeStartType::Lazy;
+        let mut idle_check = tokio::time::interval(Duration::from_millis(500));
         self.local.transmit(Instant::now())?;
         loop {
             self.forward_local_output()?;
@@ -335,6 +362,7 @@ impl<'a> Link<'a> {
                 }
                 _ = doorbell.notified() => self.local.transmit(Instant::now())?,
                 _ = paused => {}
+                _ = idle_check.tick(), if lazy => self.check_idle()?,
                 _ = ping.tick(), if !keep_alive.is_zero() => {
                     if self.last_input.elapsed() > keep_alive * 3 / 2 {
                         return Err(BridgeError::Timeout("PINGRESP"));
@@ -403,6 +431,7 @@ impl<'a> Link<'a> {
     /// A message from the remote broker: published locally under its local topic at
     /// min(rule QoS, received QoS); acknowledged remotely when the local broker has it.
     fn on_remote_publish(&mut self, publish: Publish, now: Instant) -> Result<(), BridgeError> {
+        self.last_traffic = tokio::time::Instant::now();
         let id = publish.packet_id;
         let raw_id = id.map_or(0, PacketId::get);
         let remote_qos = publish.qos;
@@ -544,6 +573,7 @@ impl<'a> Link<'a> {
                 }
             };
         };
+        self.last_traffic = tokio::time::Instant::now();
         if let Some(replay) = &mut self.replay {
             replay.forwarded += 1;
         }
