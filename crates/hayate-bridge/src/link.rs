@@ -16,7 +16,7 @@ use crate::transport::Connector;
 use crate::BridgeError;
 use hayate_codec::{
     ByteStr, Packet, PacketId, Properties, PubResp, Publish, QoS, ReasonCode, Subscribe,
-    SubscriptionOptions,
+    SubscriptionOptions, Unsubscribe,
 };
 use hayate_core::ReadGate;
 use std::collections::HashSet;
@@ -31,6 +31,8 @@ const V3_IN_FLIGHT: u16 = 20;
 const V5_IN_FLIGHT_CAP: u16 = 100;
 /// The packet id of the bridge's remote SUBSCRIBE.
 const SUBSCRIBE_ID: u16 = 1;
+/// The packet id of the bridge's remote UNSUBSCRIBE (`bridge_attempt_unsubscribe`).
+const UNSUBSCRIBE_ID: u16 = 2;
 /// A remote broker that takes no bytes for this long is taken as gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -166,6 +168,26 @@ impl<'a> Link<'a> {
                 (rule.remote_filter().into(), options)
             })
             .collect();
+        if connack.session_present && bridge.config.attempt_unsubscribe {
+            // `bridge_attempt_unsubscribe`: the remote session may still hold subscriptions
+            // of `out` topics that were `in` or `both` before (a configuration changed by a
+            // restart or SIGHUP): removed, as Mosquitto does.
+            let stale: Vec<ByteStr> = bridge
+                .topics
+                .outgoing()
+                .filter(|rule| !rule.is_in())
+                .map(|rule| rule.remote_filter())
+                .filter(|filter| !filters.iter().any(|(f, _)| f.as_str() == *filter))
+                .map(ByteStr::from)
+                .collect();
+            if !stale.is_empty() {
+                remote.queue(&Packet::Unsubscribe(Unsubscribe {
+                    packet_id: PacketId::new(UNSUBSCRIBE_ID).expect("non-zero"),
+                    filters: stale,
+                    properties: Properties::default(),
+                }))?;
+            }
+        }
         if !filters.is_empty() {
             remote.queue(&Packet::Subscribe(Subscribe {
                 packet_id: PacketId::new(SUBSCRIBE_ID).expect("non-zero"),

@@ -138,3 +138,39 @@ async fn bind_address_is_the_source_of_the_connection() {
         .unwrap_or_else(|| panic!("no connection of bound-remote in the log:\n{logged}"));
     assert!(line.contains("from 127.0.0.2:"), "{line}");
 }
+
+/// `bridge_attempt_unsubscribe`: a topic that was `in` and is now `out` only is unsubscribed
+/// from the remote session kept since (`cleansession false`), so the remote broker stops
+/// sending it; without it the stale subscription keeps delivering (dropped by the bridge).
+#[tokio::test]
+async fn attempt_unsubscribe_removes_the_remote_subscription_of_a_topic_now_out() {
+    let mosquitto = Mosquitto::start(false);
+    for attempt_unsubscribe in [true, false] {
+        let name = format!("unsub-{attempt_unsubscribe}");
+        let mut config = bridge(
+            &name,
+            mosquitto.port,
+            BridgeProtocol::Mqttv311,
+            vec![topic("x/#", BridgeDirection::In, 1, "", "")],
+        );
+        config.attempt_unsubscribe = attempt_unsubscribe;
+        let before = hayate_with(config.clone()).await;
+        before.handle.shutdown().await;
+        config.topics = vec![topic("x/#", BridgeDirection::Out, 1, "", "")];
+        let after = hayate_with(config).await;
+        let mut remote = mosquitto
+            .client(ProtocolVersion::V311, &format!("pub-{name}"), true)
+            .await;
+        remote
+            .publish("x/1", b"stale?", QoS::AtLeastOnce, false, 1)
+            .await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let counters = after.handle.bridges.counters();
+        let dropped = counters[0]
+            .1
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(dropped, u64::from(!attempt_unsubscribe), "{name}");
+        after.handle.shutdown().await;
+    }
+}
