@@ -127,6 +127,9 @@ fn section(name: &str, port: u16, pattern: &str, prefix: &str) -> String {
     )
 }
 
+/// Bridge two's state topic.
+const TWO: &str = "$SYS/broker/connection/two-remote/state";
+
 fn sighup(broker: &KillOnDrop) {
     let status = Command::new("kill")
         .args(["-HUP", &broker.id().to_string()])
@@ -157,12 +160,7 @@ async fn sighup_adds_changes_and_removes_bridges_without_touching_the_others() {
         .subscribe("$SYS/broker/connection/+/state", QoS::AtMostOnce, 1)
         .await;
     let one_up = "$SYS/broker/connection/one-remote/state";
-    let mut states = wait_for(
-        &mut watcher,
-        "$SYS/broker/connection/one-remote/state",
-        b"1",
-    )
-    .await;
+    let mut states = wait_for(&mut watcher, one_up, b"1").await;
     // Before one came up it said 0; from here on it must not.
     states.clear();
     let mut remote = mosquitto.client(V5, "remote-sub", true).await;
@@ -173,14 +171,7 @@ async fn sighup_adds_changes_and_removes_bridges_without_touching_the_others() {
     let two = section("two", mosquitto.port, "b/#", "two/");
     std::fs::write(&conf, format!("{head}{one}{two}")).unwrap();
     sighup(&broker);
-    states.extend(
-        wait_for(
-            &mut watcher,
-            "$SYS/broker/connection/two-remote/state",
-            b"1",
-        )
-        .await,
-    );
+    states.extend(wait_for(&mut watcher, TWO, b"1").await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     local
         .publish("b/1", b"via-two", QoS::AtLeastOnce, false, 1)
@@ -191,22 +182,8 @@ async fn sighup_adds_changes_and_removes_bridges_without_touching_the_others() {
     let two_changed = section("two", mosquitto.port, "b/#", "two-v2/");
     std::fs::write(&conf, format!("{head}{one}{two_changed}")).unwrap();
     sighup(&broker);
-    states.extend(
-        wait_for(
-            &mut watcher,
-            "$SYS/broker/connection/two-remote/state",
-            b"0",
-        )
-        .await,
-    );
-    states.extend(
-        wait_for(
-            &mut watcher,
-            "$SYS/broker/connection/two-remote/state",
-            b"1",
-        )
-        .await,
-    );
+    states.extend(wait_for(&mut watcher, TWO, b"0").await);
+    states.extend(wait_for(&mut watcher, TWO, b"1").await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     local
         .publish("b/2", b"via-two-v2", QoS::AtLeastOnce, false, 2)
@@ -216,14 +193,7 @@ async fn sighup_adds_changes_and_removes_bridges_without_touching_the_others() {
     // Removed: bridge two stops; b/# is no longer forwarded, a/# still is.
     std::fs::write(&conf, format!("{head}{one}")).unwrap();
     sighup(&broker);
-    states.extend(
-        wait_for(
-            &mut watcher,
-            "$SYS/broker/connection/two-remote/state",
-            b"0",
-        )
-        .await,
-    );
+    states.extend(wait_for(&mut watcher, TWO, b"0").await);
     local
         .publish("b/3", b"nowhere", QoS::AtLeastOnce, false, 3)
         .await;
