@@ -5,6 +5,7 @@ use crate::config::{BridgeConfig, BridgeStartType};
 use crate::link::{Link, LinkEnd};
 use crate::local::LocalSettings;
 use crate::mapping::TopicMap;
+use crate::retained::{RetainedChanges, Watcher};
 use hayate_codec::{Properties, Publish, QoS, Will};
 use hayate_core::Broker;
 use std::collections::HashSet;
@@ -29,6 +30,9 @@ pub struct BridgeStats {
     pub messages_in: AtomicU64,
     /// Messages received that no topic rule maps (acknowledged and dropped).
     pub dropped: AtomicU64,
+    /// Retained messages (or deletions) sent again after an outage because they changed
+    /// while the link was down.
+    pub retained_replayed: AtomicU64,
 }
 
 impl BridgeStats {
@@ -48,31 +52,41 @@ pub struct BridgeHandle {
     pub task: JoinHandle<()>,
 }
 
-/// What of `config` this version cannot run, naming the key; `None` when it can run.
+/// What of `config` this version cannot run, naming the key; `None` when it can run. It also
+/// reads the TLS files, so that a bridge with an unreadable certificate is refused at start.
 pub fn unsupported(config: &BridgeConfig) -> Option<String> {
     let name = &config.name;
-    let tls = [
-        ("bridge_cafile", config.cafile.is_some()),
-        ("bridge_capath", config.capath.is_some()),
-        ("bridge_certfile", config.certfile.is_some()),
-        ("bridge_keyfile", config.keyfile.is_some()),
-        ("bridge_identity", config.identity.is_some()),
-        ("bridge_psk", config.psk.is_some()),
-        ("bridge_tls_version", config.tls_version.is_some()),
-        ("bridge_alpn", config.alpn.is_some()),
-        ("bridge_require_ocsp", config.require_ocsp),
-        ("bridge_insecure", config.insecure),
-        ("bridge_bind_address", config.bind_address.is_some()),
-    ];
-    if let Some((key, _)) = tls.iter().find(|(_, set)| *set) {
+    if config.require_ocsp {
         return Some(format!(
-            "bridge {name}: {key} is not supported yet (bridges connect over plain TCP only)"
+            "bridge {name}: bridge_require_ocsp is not supported (no OCSP checking)"
         ));
     }
-    if config.start_type == BridgeStartType::Lazy {
+    let tls = config.cafile.is_some() || config.capath.is_some();
+    let psk = config.psk.is_some();
+    let tls_only = [
+        ("bridge_insecure", config.insecure),
+        ("bridge_tls_version", config.tls_version.is_some()),
+        ("bridge_alpn", config.alpn.is_some()),
+    ];
+    if let Some((key, _)) = tls_only.iter().find(|(_, set)| *set && !tls && !psk) {
         return Some(format!(
-            "bridge {name}: start_type lazy is not supported yet (automatic and once are)"
+            "bridge {name}: {key} applies to TLS bridges only (set bridge_cafile, bridge_capath or bridge_psk)"
         ));
+    }
+    if config.insecure && psk {
+        return Some(format!(
+            "bridge {name}: bridge_insecure applies to certificate TLS, not to bridge_psk"
+        ));
+    }
+    if let Some(address) = &config.bind_address {
+        if address.parse::<std::net::IpAddr>().is_err() {
+            return Some(format!(
+                "bridge {name}: bridge_bind_address {address:?} is not an IP address"
+            ));
+        }
+    }
+    if let Err(error) = crate::transport::Connector::new(config) {
+        return Some(format!("bridge {name}: {error}"));
     }
     None
 }
@@ -94,6 +108,10 @@ pub(crate) struct Bridge {
     /// Inbound QoS 2 messages passed to the local session at QoS 2 whose PUBCOMP has not come
     /// back: released locally if the remote session turns out to be new (see `Link::open`).
     pub in_q2: HashSet<u16>,
+    /// While the link is down: the watcher of retained changes (`crate::retained`).
+    pub watcher: Option<Watcher>,
+    /// Retained changes not replayed yet (a replay cut short, or a watcher that failed).
+    pub carried: RetainedChanges,
 }
 
 impl Bridge {
@@ -118,6 +136,19 @@ impl Bridge {
 }
 
 impl Bridge {
+    /// Starts watching retained changes for the outage that begins (only where retained
+    /// messages go out: an `out`/`both` topic and `bridge_outgoing_retain`).
+    pub(crate) fn start_watcher(&mut self, now: std::time::Instant) {
+        if !self.config.outgoing_retain || self.topics.outgoing().next().is_none() {
+            return;
+        }
+        let carried = std::mem::take(&mut self.carried);
+        match Watcher::start(&self.broker, &self.local, &self.topics, carried, now) {
+            Ok(watcher) => self.watcher = Some(watcher),
+            Err(carried) => self.carried = carried,
+        }
+    }
+
     /// The will set on the remote connection: the state "0", retained, so the remote side
     /// learns when the link drops (unless notifications are off or local only).
     pub(crate) fn notification_will(&self) -> Option<Will> {
@@ -188,6 +219,8 @@ pub fn spawn(
         q2_over_q1: HashSet::new(),
         rel_direct: HashSet::new(),
         in_q2: HashSet::new(),
+        watcher: None,
+        carried: RetainedChanges::default(),
         config,
     };
     let name = bridge.config.name.clone();
@@ -203,10 +236,21 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
     );
     let mut addresses =
         AddressCycle::new(bridge.config.addresses.clone(), bridge.config.round_robin);
+    let lazy = bridge.config.start_type == BridgeStartType::Lazy;
+    // Lazy: wait for messages before connecting (at start and after each link).
+    let mut wait_for_demand = lazy;
     bridge.notify_local(false);
     loop {
         if *shutdown.borrow() {
             break;
+        }
+        if wait_for_demand {
+            if let Err(error) = crate::lazy::prepare_session(&mut bridge) {
+                tracing::warn!(bridge = %name, %error, "bridge_local_session_failed");
+            } else if !crate::lazy::wait_for_demand(&bridge, &mut shutdown).await {
+                break;
+            }
+            wait_for_demand = false;
         }
         let address = addresses.current().to_string();
         tracing::info!(bridge = %name, %address, "bridge_connecting");
@@ -214,6 +258,13 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
         bridge.stats.connected.store(false, Ordering::Relaxed);
         match end {
             LinkEnd::Shutdown => break,
+            LinkEnd::Idle => {
+                tracing::info!(bridge = %name, %address, "bridge_idle_disconnected");
+                bridge.notify_local(false);
+                backoff.reset();
+                wait_for_demand = true;
+                continue;
+            }
             LinkEnd::Failed(error) => {
                 tracing::warn!(bridge = %name, %address, %error, "bridge_connect_failed");
                 addresses.failed();
@@ -223,6 +274,7 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
                 bridge.notify_local(false);
                 backoff.reset();
                 addresses.dropped();
+                wait_for_demand = lazy;
             }
         }
         if bridge.config.start_type == BridgeStartType::Once {
@@ -235,6 +287,9 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
             _ = tokio::time::sleep(delay) => {}
             _ = shutdown.changed() => {}
         }
+    }
+    if let Some(watcher) = bridge.watcher.take() {
+        watcher.finish().await;
     }
     bridge.notify_local(false);
     tracing::info!(bridge = %name, "bridge_stopped");

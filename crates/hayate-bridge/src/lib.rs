@@ -3,7 +3,7 @@
 //!
 //! Each bridge is one Tokio task. Towards the local broker it is an ordinary client session
 //! driven in-process through a `hayate_core::Channel` ([`local`]); towards the remote broker it
-//! is an MQTT client over TCP ([`remote`]). The link between them ([`link`]) passes packets
+//! is an MQTT client over TCP, TLS or TLS-PSK ([`remote`], [`transport`]). The link between them ([`link`]) passes packets
 //! through, mapping topics ([`mapping`]) and keeping packet identifiers, so that a message is
 //! acknowledged on one side only once the other side has acknowledged it.
 
@@ -12,12 +12,17 @@ pub mod mapping;
 
 mod backoff;
 mod bridge;
+mod lazy;
 mod link;
 mod local;
 mod remote;
+mod retained;
+mod set;
+mod transport;
 
 pub use backoff::{AddressCycle, Backoff};
 pub use bridge::{spawn, unsupported, BridgeHandle, BridgeStats};
+pub use set::{BridgeSet, Reload};
 
 /// Why a bridge's link ended (each is logged, then the bridge backs off and reconnects).
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +54,12 @@ pub enum BridgeError {
     /// Something did not arrive in time.
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// The TLS settings could not be used (a file unreadable, a bad key).
+    #[error("TLS setup: {0}")]
+    TlsSetup(String),
+    /// `start_type lazy`: no message either way for `idle_timeout` (the link closes cleanly).
+    #[error("idle for idle_timeout (start_type lazy)")]
+    Idle,
     /// The remote broker broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),

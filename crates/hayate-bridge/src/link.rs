@@ -11,10 +11,12 @@
 use crate::bridge::{Bridge, BridgeStats};
 use crate::local::{Local, RemoteLimits};
 use crate::remote::Remote;
+use crate::retained::RetainedChanges;
+use crate::transport::Connector;
 use crate::BridgeError;
 use hayate_codec::{
     ByteStr, Packet, PacketId, Properties, PubResp, Publish, QoS, ReasonCode, Subscribe,
-    SubscriptionOptions,
+    SubscriptionOptions, Unsubscribe,
 };
 use hayate_core::ReadGate;
 use std::collections::HashSet;
@@ -29,6 +31,8 @@ const V3_IN_FLIGHT: u16 = 20;
 const V5_IN_FLIGHT_CAP: u16 = 100;
 /// The packet id of the bridge's remote SUBSCRIBE.
 const SUBSCRIBE_ID: u16 = 1;
+/// The packet id of the bridge's remote UNSUBSCRIBE (`bridge_attempt_unsubscribe`).
+const UNSUBSCRIBE_ID: u16 = 2;
 /// A remote broker that takes no bytes for this long is taken as gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -40,6 +44,8 @@ pub(crate) enum LinkEnd {
     Failed(BridgeError),
     /// The link was up and dropped.
     Dropped(BridgeError),
+    /// `start_type lazy`: the link was idle for `idle_timeout` and closed cleanly.
+    Idle,
 }
 
 pub(crate) struct Link<'a> {
@@ -54,6 +60,26 @@ pub(crate) struct Link<'a> {
     /// The keep alive in use: the remote broker's Server Keep Alive (v5) or ours.
     keep_alive: Duration,
     last_input: tokio::time::Instant,
+    /// Last PUBLISH either way (`start_type lazy` closes the link after `idle_timeout`).
+    last_traffic: tokio::time::Instant,
+    /// Retained messages changed while the link was down, to send once the session has sent
+    /// what it had queued (`crate::retained`).
+    replay: Option<Replay>,
+    /// PINGREQs sent and PINGRESPs received on this link.
+    pings_sent: u64,
+    pings_answered: u64,
+}
+
+/// A replay of retained state, pending or awaiting its confirmation.
+struct Replay {
+    changes: RetainedChanges,
+    /// PUBLISHes the local session held when it resumed (queued while the link was down):
+    /// the replay goes after them.
+    stale: usize,
+    /// PUBLISHes forwarded from the local session since it resumed.
+    forwarded: usize,
+    /// Sent, confirmed once this many PINGRESPs have come.
+    confirmed_at: Option<u64>,
 }
 
 impl<'a> Link<'a> {
@@ -71,6 +97,7 @@ impl<'a> Link<'a> {
             _ = shutdown.changed() => return LinkEnd::Shutdown,
         };
         let name = link.bridge.config.name.clone();
+        link.take_retained_changes().await;
         tracing::info!(bridge = %name, %address, version = ?link.remote.version(), "bridge_connected");
         link.bridge.stats.connected.store(true, Ordering::Relaxed);
         BridgeStats::add(&link.bridge.stats.connects, 1);
@@ -88,7 +115,18 @@ impl<'a> Link<'a> {
                 link.remote.disconnect().await;
                 LinkEnd::Shutdown
             }
+            Err(BridgeError::Idle) => {
+                link.bridge.start_watcher(now);
+                link.local.close(false, now);
+                link.remote.disconnect().await;
+                LinkEnd::Idle
+            }
             Err(error) => {
+                if let Some(replay) = link.replay.take() {
+                    link.bridge.carried.merge(replay.changes);
+                }
+                // Watch before the session goes offline, so that no change is missed.
+                link.bridge.start_watcher(now);
                 link.local.close(false, now);
                 LinkEnd::Dropped(error)
             }
@@ -98,7 +136,9 @@ impl<'a> Link<'a> {
     /// Connects to the remote broker, subscribes there, then connects the local session.
     async fn open(bridge: &'a mut Bridge, address: &str) -> Result<Link<'a>, BridgeError> {
         let config = &bridge.config;
+        let connector = Connector::new(config).map_err(BridgeError::TlsSetup)?;
         let (mut remote, connack) = Remote::connect(
+            &connector,
             address,
             config,
             &bridge.remote_client_id,
@@ -128,6 +168,26 @@ impl<'a> Link<'a> {
                 (rule.remote_filter().into(), options)
             })
             .collect();
+        if connack.session_present && bridge.config.attempt_unsubscribe {
+            // `bridge_attempt_unsubscribe`: the remote session may still hold subscriptions
+            // of `out` topics that were `in` or `both` before (a configuration changed by a
+            // restart or SIGHUP): removed, as Mosquitto does.
+            let stale: Vec<ByteStr> = bridge
+                .topics
+                .outgoing()
+                .filter(|rule| !rule.is_in())
+                .map(|rule| rule.remote_filter())
+                .filter(|filter| !filters.iter().any(|(f, _)| f.as_str() == *filter))
+                .map(ByteStr::from)
+                .collect();
+            if !stale.is_empty() {
+                remote.queue(&Packet::Unsubscribe(Unsubscribe {
+                    packet_id: PacketId::new(UNSUBSCRIBE_ID).expect("non-zero"),
+                    filters: stale,
+                    properties: Properties::default(),
+                }))?;
+            }
+        }
         if !filters.is_empty() {
             remote.queue(&Packet::Subscribe(Subscribe {
                 packet_id: PacketId::new(SUBSCRIBE_ID).expect("non-zero"),
@@ -193,7 +253,80 @@ impl<'a> Link<'a> {
             released: stale_q2,
             keep_alive,
             last_input: tokio::time::Instant::now(),
+            last_traffic: tokio::time::Instant::now(),
+            replay: None,
+            pings_sent: 0,
+            pings_answered: 0,
         })
+    }
+
+    /// Stops the watcher of the outage that ends (the session is resumed now) and keeps what
+    /// it recorded for the replay.
+    async fn take_retained_changes(&mut self) {
+        let mut changes = std::mem::take(&mut self.bridge.carried);
+        if let Some(watcher) = self.bridge.watcher.take() {
+            changes.merge(watcher.finish().await);
+        }
+        if !changes.is_empty() {
+            let (waiting, in_flight) = self.local.held();
+            self.replay = Some(Replay {
+                changes,
+                stale: waiting + in_flight,
+                forwarded: 0,
+                confirmed_at: None,
+            });
+        }
+    }
+
+    /// Sends the retained replay once what the session had queued has gone out (or nothing
+    /// waits in it any more), then a PINGREQ whose answer confirms it.
+    fn replay_when_due(&mut self, now: Instant) -> Result<(), BridgeError> {
+        let Some(replay) = &mut self.replay else {
+            return Ok(());
+        };
+        if replay.confirmed_at.is_some()
+            || (replay.forwarded < replay.stale && self.local.held().0 > 0)
+        {
+            return Ok(());
+        }
+        let publishes = replay
+            .changes
+            .replay(&self.bridge.broker, &self.bridge.topics, now);
+        tracing::info!(bridge = %self.bridge.config.name, topics = publishes.len(), "bridge_retained_replay");
+        BridgeStats::add(&self.bridge.stats.retained_replayed, publishes.len() as u64);
+        for publish in publishes {
+            self.remote.queue(&Packet::Publish(publish))?;
+        }
+        self.remote.queue(&Packet::PingReq)?;
+        self.pings_sent += 1;
+        replay.confirmed_at = Some(self.pings_sent);
+        Ok(())
+    }
+
+    /// `start_type lazy`: ends the link once nothing has crossed it for `idle_timeout` and
+    /// nothing is queued or in flight.
+    fn check_idle(&self) -> Result<(), BridgeError> {
+        let idle = Duration::from_secs(self.bridge.config.idle_timeout_secs.max(1));
+        if self.last_traffic.elapsed() >= idle
+            && self.local.held() == (0, 0)
+            && self.replay.is_none()
+            && self.bridge.in_q2.is_empty()
+        {
+            return Err(BridgeError::Idle);
+        }
+        Ok(())
+    }
+
+    fn on_ping_response(&mut self) {
+        self.pings_answered += 1;
+        let confirmed = self
+            .replay
+            .as_ref()
+            .and_then(|replay| replay.confirmed_at)
+            .is_some_and(|at| self.pings_answered >= at);
+        if confirmed {
+            self.replay = None;
+        }
     }
 
     /// Passes packets both ways until an error or shutdown (`Ok`).
@@ -206,9 +339,12 @@ impl<'a> Link<'a> {
             keep_alive
         });
         ping.tick().await;
+        let lazy = self.bridge.config.start_type == crate::config::BridgeStartType::Lazy;
+        let mut idle_check = tokio::time::interval(Duration::from_millis(500));
         self.local.transmit(Instant::now())?;
         loop {
             self.forward_local_output()?;
+            self.replay_when_due(Instant::now())?;
             tokio::time::timeout(WRITE_TIMEOUT, self.remote.flush())
                 .await
                 .map_err(|_| BridgeError::Timeout("the remote broker to read"))??;
@@ -248,11 +384,13 @@ impl<'a> Link<'a> {
                 }
                 _ = doorbell.notified() => self.local.transmit(Instant::now())?,
                 _ = paused => {}
+                _ = idle_check.tick(), if lazy => self.check_idle()?,
                 _ = ping.tick(), if !keep_alive.is_zero() => {
                     if self.last_input.elapsed() > keep_alive * 3 / 2 {
                         return Err(BridgeError::Timeout("PINGRESP"));
                     }
                     self.remote.queue(&Packet::PingReq)?;
+                    self.pings_sent += 1;
                 }
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
@@ -297,7 +435,11 @@ impl<'a> Link<'a> {
                 self.log_refused_subscriptions("remote", &suback.reason_codes);
                 Ok(())
             }
-            Packet::UnsubAck(_) | Packet::PingResp => Ok(()),
+            Packet::PingResp => {
+                self.on_ping_response();
+                Ok(())
+            }
+            Packet::UnsubAck(_) => Ok(()),
             Packet::Disconnect(disconnect) => {
                 Err(BridgeError::Disconnected(disconnect.reason_code.0))
             }
@@ -311,6 +453,7 @@ impl<'a> Link<'a> {
     /// A message from the remote broker: published locally under its local topic at
     /// min(rule QoS, received QoS); acknowledged remotely when the local broker has it.
     fn on_remote_publish(&mut self, publish: Publish, now: Instant) -> Result<(), BridgeError> {
+        self.last_traffic = tokio::time::Instant::now();
         let id = publish.packet_id;
         let raw_id = id.map_or(0, PacketId::get);
         let remote_qos = publish.qos;
@@ -452,6 +595,10 @@ impl<'a> Link<'a> {
                 }
             };
         };
+        self.last_traffic = tokio::time::Instant::now();
+        if let Some(replay) = &mut self.replay {
+            replay.forwarded += 1;
+        }
         if publish.dup {
             BridgeStats::add(&self.bridge.stats.resent_out, 1);
         }
@@ -479,7 +626,7 @@ impl<'a> Link<'a> {
 /// The properties of a forwarded message: what the publisher set (payload format, expiry,
 /// content type, response topic, correlation data, user properties); not what belongs to one
 /// connection (topic alias, subscription identifiers).
-fn forwarded_properties(mut properties: Properties) -> Properties {
+pub(crate) fn forwarded_properties(mut properties: Properties) -> Properties {
     properties.topic_alias = None;
     properties.subscription_identifiers.clear();
     properties

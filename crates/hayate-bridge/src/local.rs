@@ -70,6 +70,53 @@ impl Local {
             max_packet_size,
             maximum_qos,
         } = limits;
+        let properties = Properties {
+            // The session outlives a link drop (capped by the broker's
+            // max_session_expiry_interval); with local_cleansession it ends when the bridge
+            // stops (see `close`).
+            session_expiry_interval: Some(u32::MAX),
+            receive_maximum: Some(receive_maximum.max(1)),
+            maximum_packet_size: max_packet_size,
+            ..Properties::default()
+        };
+        let mut local = Local::open(
+            broker,
+            settings,
+            &settings.client_id,
+            clean_start,
+            properties,
+            now,
+        )?;
+        let filters: Vec<(ByteStr, SubscriptionOptions)> = topics
+            .outgoing()
+            .map(|rule| {
+                let options = SubscriptionOptions {
+                    qos: rule.qos().min(maximum_qos),
+                    no_local: true,
+                    retain_as_published: true,
+                    // Retained messages once, when the subscription is new.
+                    retain_handling: 1,
+                };
+                (rule.local_filter().into(), options)
+            })
+            .collect();
+        if let Err(error) = local.subscribe(filters, now) {
+            local.close(false, now);
+            return Err(error);
+        }
+        Ok(local)
+    }
+
+    /// Connects a local client `client_id` with the bridge's credentials (MQTT 5, keep alive
+    /// 0) and checks its CONNACK.
+    pub(crate) fn open(
+        broker: &Arc<Broker>,
+        settings: &LocalSettings,
+        client_id: &str,
+        clean_start: bool,
+        properties: Properties,
+        now: Instant,
+    ) -> Result<Local, BridgeError> {
         let info = ConnectionInfo {
             listener: Arc::new(ListenerInfo {
                 name: format!("bridge:{}", settings.bridge_name).into(),
@@ -86,20 +133,11 @@ impl Local {
             pending: BytesMut::new(),
             backlog: Vec::new(),
         };
-        let properties = Properties {
-            // The session outlives a link drop (capped by the broker's
-            // max_session_expiry_interval); with local_cleansession it ends when the bridge
-            // stops (see `close`).
-            session_expiry_interval: Some(u32::MAX),
-            receive_maximum: Some(receive_maximum.max(1)),
-            maximum_packet_size: max_packet_size,
-            ..Properties::default()
-        };
         let connect = Connect {
             protocol: ProtocolVersion::V5,
             clean_start,
             keep_alive: 0,
-            client_id: settings.client_id.as_str().into(),
+            client_id: client_id.into(),
             will: None,
             username: settings.username.as_deref().map(Into::into),
             password: settings
@@ -116,41 +154,41 @@ impl Local {
         // forwarded like the rest.
         local.backlog.extend(output);
         match connack {
-            Some(Packet::ConnAck(connack)) if !connack.reason_code.is_error() => {}
-            Some(Packet::ConnAck(connack)) => {
-                return Err(BridgeError::LocalRefused(connack.reason_code.0))
-            }
-            other => {
-                return Err(BridgeError::Protocol(format!(
-                    "local CONNECT answered with {other:?}"
-                )))
-            }
+            Some(Packet::ConnAck(connack)) if !connack.reason_code.is_error() => Ok(local),
+            Some(Packet::ConnAck(connack)) => Err(BridgeError::LocalRefused(connack.reason_code.0)),
+            other => Err(BridgeError::Protocol(format!(
+                "local CONNECT answered with {other:?}"
+            ))),
         }
-        let filters: Vec<(ByteStr, SubscriptionOptions)> = topics
-            .outgoing()
-            .map(|rule| {
-                let options = SubscriptionOptions {
-                    qos: rule.qos().min(maximum_qos),
-                    no_local: true,
-                    retain_as_published: true,
-                    // Retained messages once, when the subscription is new.
-                    retain_handling: 1,
-                };
-                (rule.local_filter().into(), options)
-            })
-            .collect();
-        if !filters.is_empty() {
-            let subscribe = Subscribe {
-                packet_id: PacketId::new(SUBSCRIBE_ID).expect("non-zero"),
-                filters,
-                properties: Properties::default(),
-            };
-            if let Err(error) = local.handle(Packet::Subscribe(subscribe), now) {
-                local.close(false, now);
-                return Err(error);
-            }
+    }
+
+    /// Subscribes to `filters` (nothing when empty).
+    pub(crate) fn subscribe(
+        &mut self,
+        filters: Vec<(ByteStr, SubscriptionOptions)>,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        if filters.is_empty() {
+            return Ok(());
         }
-        Ok(local)
+        let subscribe = Subscribe {
+            packet_id: PacketId::new(SUBSCRIBE_ID).expect("non-zero"),
+            filters,
+            properties: Properties::default(),
+        };
+        self.handle(Packet::Subscribe(subscribe), now)
+    }
+
+    /// Messages the session holds: (waiting to be sent, in flight).
+    pub(crate) fn held(&self) -> (usize, usize) {
+        self.channel.session().map_or((0, 0), |cell| {
+            let state = cell.state.lock();
+            let in_flight = state.session.inflight_len();
+            (
+                state.session.held_messages().saturating_sub(in_flight),
+                in_flight,
+            )
+        })
     }
 
     /// Hands one packet to the channel and rings the doorbells of the sessions it reached.

@@ -1,12 +1,12 @@
 //! The remote side of a bridge: an MQTT client over TCP, written with `hayate-codec`.
 
 use crate::config::{BridgeConfig, BridgeProtocol};
+use crate::transport::{Connector, RemoteStream};
 use crate::BridgeError;
 use bytes::BytesMut;
 use hayate_codec::{decode, encode, ConnAck, Connect, Packet, Properties, ProtocolVersion, Will};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// How long connecting (TCP and CONNACK) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,7 +25,7 @@ pub fn protocol_version(protocol: BridgeProtocol) -> ProtocolVersion {
 /// A connection to the remote broker.
 #[derive(Debug)]
 pub(crate) struct Remote {
-    stream: TcpStream,
+    stream: RemoteStream,
     version: ProtocolVersion,
     read_buf: BytesMut,
     write_buf: BytesMut,
@@ -64,8 +64,9 @@ pub(crate) fn connect_packet(config: &BridgeConfig, client_id: &str) -> Connect 
 }
 
 impl Remote {
-    /// Connects to `address` (`host:port`) and completes CONNECT.
+    /// Connects to `address` (`host:port`) through `connector` and completes CONNECT.
     pub(crate) async fn connect(
+        connector: &Connector,
         address: &str,
         config: &BridgeConfig,
         client_id: &str,
@@ -75,19 +76,24 @@ impl Remote {
         connect.will = will;
         tokio::time::timeout(
             CONNECT_TIMEOUT,
-            Remote::connect_inner(address, config, connect),
+            Remote::connect_inner(connector, address, config, connect),
         )
         .await
         .map_err(|_| BridgeError::Timeout("CONNACK"))?
     }
 
     async fn connect_inner(
+        connector: &Connector,
         address: &str,
         config: &BridgeConfig,
         connect: Connect,
     ) -> Result<(Remote, ConnAck), BridgeError> {
-        let stream = TcpStream::connect(address).await?;
-        stream.set_nodelay(true)?;
+        let bind = config
+            .bind_address
+            .as_deref()
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+            .map(|ip| std::net::SocketAddr::new(ip, 0));
+        let stream = connector.connect(address, bind).await?;
         let version = protocol_version(config.protocol_version);
         let mut remote = Remote {
             stream,
@@ -134,6 +140,8 @@ impl Remote {
     pub(crate) async fn flush(&mut self) -> Result<(), BridgeError> {
         if !self.write_buf.is_empty() {
             self.stream.write_all(&self.write_buf).await?;
+            // TLS: push out the records still held by the TLS layer.
+            self.stream.flush().await?;
             self.write_buf.clear();
         }
         Ok(())

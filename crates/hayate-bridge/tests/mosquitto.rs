@@ -363,3 +363,66 @@ async fn remote_restart_while_qos2_flows_loses_and_repeats_nothing_v5() {
 async fn remote_restart_while_qos1_flows_loses_nothing_v5() {
     remote_restart_loses_nothing(BridgeProtocol::Mqttv50, QoS::AtLeastOnce).await;
 }
+
+/// With `[storage]`, what queued for the bridge while the remote broker was down survives a
+/// restart of Hayate: the new process's bridge resumes its stored local session and delivers
+/// it, in order.
+#[tokio::test]
+async fn queued_messages_survive_a_restart_of_hayate_with_storage() {
+    let mut mosquitto = Mosquitto::start(false);
+    let data = tempfile::tempdir().unwrap();
+    let config = bridge(
+        "stored",
+        mosquitto.port,
+        BridgeProtocol::Mqttv311,
+        vec![topic("q/#", BridgeDirection::Out, 1, "", "")],
+    );
+    let start = |config: hayate_bridge::config::BridgeConfig| {
+        let dir = data.path().to_path_buf();
+        hayate_testkit::TestBroker::start_with(move |c| {
+            c.storage.dir = Some(dir);
+            c.storage.sync_interval_ms = 10;
+            c.bridges.push(config);
+        })
+    };
+    let hayate = start(config.clone()).await;
+    let mut watcher = hayate.client(ProtocolVersion::V5, "watcher").await;
+    watcher
+        .subscribe(
+            "$SYS/broker/connection/stored-remote/state",
+            QoS::AtMostOnce,
+            1,
+        )
+        .await;
+    common::wait_for_state(&mut watcher, b"1").await;
+    mosquitto.stop();
+    common::wait_for_state(&mut watcher, b"0").await;
+    let mut publisher = hayate.client(ProtocolVersion::V5, "publisher").await;
+    for i in 1..=20u16 {
+        publisher
+            .publish(
+                "q/x",
+                format!("m{i}").as_bytes(),
+                QoS::AtLeastOnce,
+                false,
+                i,
+            )
+            .await;
+    }
+    drop((watcher, publisher));
+    hayate.handle.shutdown().await;
+
+    mosquitto.restart();
+    let mut remote = mosquitto
+        .client(ProtocolVersion::V311, "remote-sub", true)
+        .await;
+    remote.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    let _hayate = start(config).await;
+    let received = drain(&mut remote, Duration::from_secs(3)).await;
+    let payloads: Vec<String> = received
+        .iter()
+        .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+        .collect();
+    let expected: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
+    assert_eq!(payloads, expected);
+}

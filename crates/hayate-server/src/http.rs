@@ -1,7 +1,6 @@
 //! Starts the HTTP edge (`hayate-http`) when `[http] listen` is set, with probes over what
 //! only the server knows: live connections, the store, the bridges.
 
-use crate::sys::BridgeCounters;
 use hayate_core::Broker;
 use hayate_http::{BridgeFigures, ListenerConnections, Probe, Sources, StoreFigures};
 use std::io;
@@ -15,7 +14,7 @@ pub(crate) async fn start(
     config: &hayate_http::HttpConfig,
     broker: &Arc<Broker>,
     store: Option<&Arc<hayate_storage::FjallStore>>,
-    bridges: &[BridgeCounters],
+    bridges: &hayate_bridge::BridgeSet,
     connections: Probe<Vec<ListenerConnections>>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<Option<SocketAddr>> {
@@ -40,8 +39,10 @@ pub(crate) async fn start(
             }
         }) as Probe<StoreFigures>
     });
+    // The bridges running at start (bridges added on SIGHUP are not listed until a restart).
     sources.bridges = bridges
-        .iter()
+        .counters()
+        .into_iter()
         .map(|(name, stats)| {
             let stats = stats.clone();
             let probe: Probe<BridgeFigures> = Arc::new(move || BridgeFigures {
@@ -51,7 +52,7 @@ pub(crate) async fn start(
                 messages_in: stats.messages_in.load(Relaxed),
                 dropped: stats.dropped.load(Relaxed),
             });
-            (name.clone(), probe)
+            (name, probe)
         })
         .collect();
     let server = hayate_http::serve(addr, access, sources, shutdown).await?;

@@ -32,6 +32,8 @@ pub struct Server;
 pub struct ServerHandle {
     /// The broker state (for tests and embedding).
     pub broker: Arc<Broker>,
+    /// The running bridges (replaced one by one by [`ServerHandle::reload_bridges`]).
+    pub bridges: Arc<hayate_bridge::BridgeSet>,
     /// The embedded store, with a data directory (closed by `shutdown`).
     store: Option<Arc<hayate_storage::FjallStore>>,
     local_addrs: Vec<SocketAddr>,
@@ -112,12 +114,14 @@ impl Server {
         }
         warn_if_fd_limit_low(config.server.max_connections);
         tasks.spawn(timer_loop(broker.clone(), shutdown_rx.clone()));
-        let mut bridges = Vec::new();
-        for bridge in &config.bridges {
-            let handle = hayate_bridge::spawn(broker.clone(), bridge.clone(), shutdown_rx.clone());
-            bridges.push((handle.name.clone(), handle.stats.clone()));
+        // Bridges stop with the server; SIGHUP may add, remove or change them meanwhile.
+        let bridges = hayate_bridge::BridgeSet::start(broker.clone(), config.bridges.clone());
+        {
+            let bridges = bridges.clone();
+            let mut shutdown = shutdown_rx.clone();
             tasks.spawn(async move {
-                let _ = handle.task.await;
+                let _ = shutdown.wait_for(|stop| *stop).await;
+                bridges.stop().await;
             });
         }
         let connections = move || {
@@ -144,13 +148,14 @@ impl Server {
             tasks.spawn(crate::sys::sys_loop(
                 broker.clone(),
                 store.clone(),
-                bridges,
+                bridges.clone(),
                 interval,
                 shutdown_rx.clone(),
             ));
         }
         Ok(ServerHandle {
             broker,
+            bridges,
             store,
             local_addrs,
             http_addr,
@@ -211,6 +216,24 @@ impl ServerHandle {
             }
         }
         errors
+    }
+
+    /// Applies the bridges of a configuration read again (on SIGHUP; each already
+    /// validated and runnable): unchanged bridges keep running, removed ones stop, changed
+    /// ones restart, new ones start.
+    pub async fn reload_bridges(
+        &self,
+        bridges: Vec<hayate_bridge::config::BridgeConfig>,
+    ) -> hayate_bridge::Reload {
+        let report = self.bridges.reload(bridges).await;
+        tracing::info!(
+            added = ?report.added,
+            removed = ?report.removed,
+            changed = ?report.changed,
+            unchanged = report.unchanged.len(),
+            "bridges_reloaded"
+        );
+        report
     }
 
     /// A sender that triggers shutdown when `true` is sent (for signal handlers).

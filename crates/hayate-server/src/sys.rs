@@ -35,13 +35,10 @@ impl Load {
     }
 }
 
-/// One bridge's name and counters, for `$SYS/broker/bridge/<name>/...`.
-pub(crate) type BridgeCounters = (String, Arc<hayate_bridge::BridgeStats>);
-
 pub(crate) async fn sys_loop(
     broker: Arc<Broker>,
     store: Option<Arc<hayate_storage::FjallStore>>,
-    bridges: Vec<BridgeCounters>,
+    bridges: Arc<hayate_bridge::BridgeSet>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -143,7 +140,7 @@ pub(crate) async fn sys_loop(
         ] {
             publish(topic, counter(value));
         }
-        for (name, bridge) in &bridges {
+        for (name, bridge) in &bridges.counters() {
             publish_bridge(name, bridge, &publish);
         }
         if let Some(store) = &store {
@@ -182,6 +179,7 @@ fn publish_bridge(
         ("messages/out/resent", &bridge.resent_out),
         ("messages/in", &bridge.messages_in),
         ("messages/dropped", &bridge.dropped),
+        ("messages/retained_replayed", &bridge.retained_replayed),
     ] {
         publish(
             &format!("$SYS/broker/bridge/{name}/{key}"),

@@ -9,6 +9,9 @@
 pub mod blocking;
 pub mod cluster;
 pub mod core;
+pub mod mosquitto;
+pub mod pki;
+pub mod process;
 pub mod ops;
 pub mod store;
 

@@ -306,6 +306,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let config_path = args.config.clone();
     let runtime = hayate_server::runtime::build(threads).context("starting the runtime")?;
     runtime.block_on(async move {
         let server = Server::start(config).await.context("starting listeners")?;
@@ -317,7 +318,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // systemd (Type=notify): listeners are bound and the store restored.
         notify::notify("READY=1");
         // SIGINT/SIGTERM stop the broker; SIGHUP re-reads the files it loaded (password, ACL
-        // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error.
+        // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error,
+        // and the configuration file's bridges (added, removed or changed ones only).
         let mut signals = Signals::new();
         while let Signal::Hangup = signals.next().await {
             if let Some(file) = &log_file {
@@ -329,6 +331,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
+            if let Some(path) = &config_path {
+                match bridges_of(path) {
+                    Ok(bridges) => {
+                        server.reload_bridges(bridges).await;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "bridges_reload_failed_keeping_the_running_ones")
+                    }
+                }
+            }
         }
         tracing::info!("shutdown_requested");
         notify::notify("STOPPING=1");
@@ -356,6 +368,27 @@ fn apply_cluster_args(config: &mut Config, args: &ServeArgs) {
             cluster.join = args.join.clone();
         }
     }
+}
+
+/// The bridges of the configuration file read again (SIGHUP), checked as at start.
+fn bridges_of(path: &Path) -> anyhow::Result<Vec<mosquitto::BridgeConfig>> {
+    let config = Config::load(path)?;
+    config.validate()?;
+    for bridge in &config.bridges {
+        bridge
+            .validate()
+            .map_err(|error| anyhow::anyhow!("bridge {}: {error}", bridge.name))?;
+    }
+    for (index, bridge) in config.bridges.iter().enumerate() {
+        if config.bridges[..index]
+            .iter()
+            .any(|b| b.name == bridge.name)
+        {
+            anyhow::bail!("two bridges are named {:?}", bridge.name);
+        }
+    }
+    config.ensure_runnable()?;
+    Ok(config.bridges)
 }
 
 enum Signal {
