@@ -10,9 +10,9 @@ pub mod blocking;
 pub mod cluster;
 pub mod core;
 pub mod mosquitto;
+pub mod ops;
 pub mod pki;
 pub mod process;
-pub mod ops;
 pub mod store;
 
 use bytes::{Bytes, BytesMut};
