@@ -48,13 +48,6 @@ pub struct ConnectionInfo {
 /// How long a CONNACK waits at most for other nodes to hand over the client's session.
 pub(crate) const HANDOVER_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A CONNACK held until the cluster's handover is in (`Channel::poll_handover`).
-#[derive(Debug)]
-pub(crate) struct HandoverWait {
-    pub(crate) connack: hayate_codec::ConnAck,
-    pub(crate) deadline: Instant,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     AwaitConnect,
@@ -97,8 +90,9 @@ pub struct Channel {
     doorbell: Arc<Notify>,
     /// The last `poll_transmit` stopped at its byte budget with more to send.
     more_to_send: bool,
-    /// In a cluster: the CONNACK held until other nodes handed over the client's session.
-    handover_wait: Option<Box<HandoverWait>>,
+    /// In a cluster: CONNACK is held until other nodes handed over the client's session (it
+    /// waits in the session state, `Handover::Awaited`).
+    awaiting_handover: bool,
     /// The input has ended (end of stream): everything left is handled, nothing held back.
     input_ended: bool,
     /// Publisher-side back-pressure ([`crate::flow`]): `Some` while this client waits on a
@@ -148,7 +142,7 @@ impl Channel {
             bridge: false,
             doorbell: Arc::new(Notify::new()),
             more_to_send: false,
-            handover_wait: None,
+            awaiting_handover: false,
         }
     }
 
@@ -361,27 +355,41 @@ impl Channel {
     /// wait timed out, in which case CONNACK is written now (Session Present when a session
     /// was handed over) and the connection goes on.
     pub(crate) fn poll_handover(&mut self, now: Instant, out: &mut OutBuf) -> bool {
-        let Some(wait) = &self.handover_wait else {
+        if !self.awaiting_handover {
             return false;
-        };
+        }
         let Some(cell) = self.cell.clone() else {
+            self.awaiting_handover = false;
             return false;
         };
-        let handover = {
+        let awaited = {
             let mut state = cell.state.lock();
-            if state.handover == Handover::Awaited && now < wait.deadline {
-                return true;
+            if let Handover::Awaited(awaited) = &state.handover {
+                if !awaited.answered && now < awaited.deadline {
+                    return true;
+                }
             }
             std::mem::take(&mut state.handover)
         };
-        let Some(wait) = self.handover_wait.take() else {
-            return false;
-        };
-        let mut connack = wait.connack;
-        connack.session_present |= handover == Handover::Received;
-        tracing::debug!(client_id = %cell.client_id, session_present = connack.session_present, timed_out = handover == Handover::Awaited, "handover_settled");
-        self.write(&Packet::ConnAck(connack), out);
+        self.awaiting_handover = false;
+        if let Handover::Awaited(awaited) = awaited {
+            let mut connack = awaited.connack;
+            connack.session_present |= awaited.received;
+            tracing::debug!(client_id = %cell.client_id, session_present = connack.session_present, timed_out = !awaited.answered, "handover_settled");
+            self.write(&Packet::ConnAck(connack), out);
+        }
         false
+    }
+
+    /// While CONNACK waits for the cluster's handover: when it goes out at the latest.
+    pub(crate) fn handover_deadline(&self) -> Option<Instant> {
+        if !self.awaiting_handover {
+            return None;
+        }
+        match &self.cell.as_ref()?.state.lock().handover {
+            Handover::Awaited(awaited) => Some(awaited.deadline),
+            Handover::Settled => None,
+        }
     }
 
     /// True when the last `poll_transmit` stopped at its byte budget: the transport should

@@ -127,11 +127,8 @@ impl Broker {
             self.router
                 .deliver(&cell, delivery, now, wake, &mut outcome);
         }
-        {
-            let mut state = cell.state.lock();
-            if state.handover == Handover::Awaited {
-                state.handover = Handover::Received;
-            }
+        if let Handover::Awaited(awaited) = &mut cell.state.lock().handover {
+            awaited.received = true;
         }
         tracing::info!(
             client_id,
@@ -151,8 +148,8 @@ impl Broker {
         };
         let doorbell = {
             let mut state = cell.state.lock();
-            if state.handover == Handover::Awaited {
-                state.handover = Handover::Settled;
+            if let Handover::Awaited(awaited) = &mut state.handover {
+                awaited.answered = true;
             }
             state.doorbell.clone()
         };

@@ -80,15 +80,26 @@ pub struct SessionState {
 }
 
 /// The handover of a session from other nodes of a cluster, as its new connection sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub enum Handover {
-    /// Nothing awaited (not in a cluster, clean start, or the answers are in).
+    /// Nothing awaited (not in a cluster, clean start, or CONNACK went out).
     #[default]
     Settled,
     /// CONNACK waits for the other nodes' answers.
-    Awaited,
-    /// The answers are in and one of them brought a session: CONNACK says Session Present.
-    Received,
+    Awaited(Box<AwaitedHandover>),
+}
+
+/// A CONNACK held until the other nodes answered the claim (`Channel::poll_handover`).
+#[derive(Debug)]
+pub struct AwaitedHandover {
+    /// The CONNACK to send.
+    pub connack: hayate_codec::ConnAck,
+    /// When it goes out whatever the answers.
+    pub deadline: std::time::Instant,
+    /// A node handed over a session: CONNACK says Session Present.
+    pub received: bool,
+    /// Every node asked answered (or the cluster gave up waiting).
+    pub answered: bool,
 }
 
 /// A session's subscriptions (filter → options), allocated with the first one: most

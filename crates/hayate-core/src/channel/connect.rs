@@ -2,11 +2,11 @@
 //! negotiated limits.
 
 use super::auth::AuthState;
-use super::{Channel, HandoverWait, Phase, HANDOVER_TIMEOUT};
+use super::{Channel, Phase, HANDOVER_TIMEOUT};
 use crate::close::{Close, CloseReason};
 use crate::cluster::{ClusterEvent, SessionKind};
 use crate::hooks::{Authenticated, ClientInfo, ListenerRole};
-use crate::registry::{Handover, PendingWill};
+use crate::registry::{AwaitedHandover, Handover, PendingWill};
 use crate::router::WakeList;
 use bytes::Bytes;
 use hayate_codec::{ConnAck, Connect, Packet, Properties, ProtocolVersion, QoS, ReasonCode};
@@ -345,9 +345,6 @@ impl Channel {
                 ListenerRole::Cluster => cluster.peer_attached(&cell),
                 ListenerRole::Clients => {
                     await_handover = !connect.clean_start && !cluster.peers().is_empty();
-                    if await_handover {
-                        cell.state.lock().handover = Handover::Awaited;
-                    }
                     cluster.event(ClusterEvent::ClientConnected {
                         client_id: cell.client_id.clone(),
                         clean_start: connect.clean_start,
@@ -404,10 +401,15 @@ impl Channel {
         };
         if await_handover {
             // Written by `poll_handover` once the other nodes answered (or gave up).
-            self.handover_wait = Some(Box::new(HandoverWait {
-                connack,
-                deadline: now + HANDOVER_TIMEOUT,
-            }));
+            if let Some(cell) = &self.cell {
+                cell.state.lock().handover = Handover::Awaited(Box::new(AwaitedHandover {
+                    connack,
+                    deadline: now + HANDOVER_TIMEOUT,
+                    received: false,
+                    answered: false,
+                }));
+            }
+            self.awaiting_handover = true;
             return Ok(());
         }
         self.write(&Packet::ConnAck(connack), out);

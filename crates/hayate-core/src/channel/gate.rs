@@ -39,7 +39,7 @@ impl Channel {
     pub fn accepts_input(&self) -> bool {
         self.input_ended
             || (self.gate.is_none()
-                && self.handover_wait.is_none()
+                && !self.awaiting_handover
                 && !self.limit.as_ref().is_some_and(|l| l.messages < 0.0))
     }
 
@@ -137,9 +137,9 @@ impl Channel {
         // CONNACK waits for the cluster's handover: nothing the client sent is handled before
         // it (its doorbell, rung when the answers are in, writes it).
         if self.poll_handover(now, out) {
-            if let Some(wait) = &self.handover_wait {
+            if let Some(until) = self.handover_deadline() {
                 return Ok(ReadGate::Paused {
-                    until: wait.deadline,
+                    until,
                     released: None,
                 });
             }
