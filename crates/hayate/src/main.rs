@@ -232,7 +232,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.log_file {
         config.server.log_file = Some(file.clone());
     }
-    let log_file = logging::init(
+    let mut logging = logging::init(
         &config.server.log_level,
         config.server.log_format,
         config.server.log_file.as_deref(),
@@ -262,12 +262,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error.
         let mut signals = Signals::new();
         while let Signal::Hangup = signals.next().await {
-            if let Some(file) = &log_file {
-                if let Err(error) = file.reopen() {
-                    tracing::error!(%error, "log_file_reopen_failed");
-                }
+            if let Err(error) = logging.reopen() {
+                tracing::error!(%error, "log_file_reopen_failed");
             }
             tracing::info!("reload_requested");
+            reload_log_level(&args, &mut logging);
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
@@ -280,6 +279,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("hayate_stopped");
         Ok(())
     })
+}
+
+/// On SIGHUP: the log level from the configuration file read again (a `--log-level` on the
+/// command line keeps precedence). Other keys of the file take effect at the next start.
+fn reload_log_level(args: &ServeArgs, logging: &mut logging::Logging) {
+    let (Some(path), None) = (&args.config, &args.log_level) else {
+        return;
+    };
+    let level = match Config::load_file(path) {
+        Ok(loaded) => loaded.config.server.log_level,
+        Err(error) => {
+            tracing::error!(%error, "config_reload_failed");
+            return;
+        }
+    };
+    match logging.set_level(&level) {
+        Ok(true) => tracing::info!(level, "log_level_changed"),
+        Ok(false) => {}
+        Err(error) => tracing::error!(%error, "log_level_reload_failed"),
+    }
 }
 
 enum Signal {
