@@ -8,6 +8,7 @@ use hayate_server::{Config, LogFormat, Server};
 
 mod logging;
 mod notify;
+mod reload;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -192,6 +193,7 @@ fn bench(args: hayate_bench::BenchArgs) -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let started_with = args.config.as_deref().and_then(reload::StartedWith::read);
     let (mut config, warnings) = match &args.config {
         Some(path) => {
             let loaded = Config::load_file(path)?;
@@ -267,6 +269,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
             tracing::info!("reload_requested");
             reload_log_level(&args, &mut logging);
+            if let Some(started) = &started_with {
+                match started.needing_restart() {
+                    Ok(keys) if keys.is_empty() => {}
+                    Ok(keys) => {
+                        tracing::warn!(keys = %keys.join(", "), "config_changed_needs_restart")
+                    }
+                    Err(error) => tracing::error!(%error, "config_reload_failed"),
+                }
+            }
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
