@@ -281,8 +281,8 @@ impl Registry {
     /// One page of sessions in client id order: at most `limit` whose client id is greater
     /// than `after` and starts with `prefix`. The next page starts after the last one
     /// returned. Walks the whole map under its lock (no copy of it, only the page's entries
-    /// are cloned): O(n log limit), so a listing of 100k clients is many small pages, each
-    /// holding the registry lock about a millisecond, never one giant answer.
+    /// are cloned): O(n log limit) under the registry lock, so a listing of 100k clients is
+    /// many small answers, never one giant one.
     pub fn page(
         &self,
         after: Option<&str>,

@@ -7,6 +7,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
 
 /// A log file that can be reopened under its name (after logrotate renamed it).
 #[derive(Clone, Debug)]
@@ -62,37 +65,81 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
     }
 }
 
-/// Installs the global subscriber. Returns the log file, to reopen on SIGHUP.
-pub fn init(
-    level: &str,
-    format: LogFormat,
-    file: Option<&Path>,
-) -> anyhow::Result<Option<LogFile>> {
-    // rustls warns about every client that sends an IP address as SNI (mosquitto_pub does):
-    // one log line per connection that any client can cause. Keep its errors only, unless the
-    // filter says otherwise.
+/// The registry with the reloadable filter, which the output layer sits on.
+type Filtered = tracing_subscriber::layer::Layered<reload::Layer<EnvFilter, Registry>, Registry>;
+
+/// What a SIGHUP changes in logging: the file is reopened, the filter replaced.
+pub struct Logging {
+    file: Option<LogFile>,
+    filter: reload::Handle<EnvFilter, Registry>,
+    level: String,
+}
+
+impl Logging {
+    /// Reopens the log file under its name (logrotate moved it), if logging to a file.
+    pub fn reopen(&self) -> io::Result<()> {
+        self.file.as_ref().map_or(Ok(()), LogFile::reopen)
+    }
+
+    /// Applies `level` if it differs from the level in force; an invalid one is refused and
+    /// the old one kept.
+    pub fn set_level(&mut self, level: &str) -> anyhow::Result<bool> {
+        if level == self.level {
+            return Ok(false);
+        }
+        self.filter.reload(filter(level)?)?;
+        self.level = level.to_string();
+        Ok(true)
+    }
+}
+
+/// The filter for `level`. rustls warns about every client that sends an IP address as SNI
+/// (mosquitto_pub does): one log line per connection that any client can cause. Its errors
+/// only, unless the level says otherwise.
+fn filter(level: &str) -> anyhow::Result<EnvFilter> {
     let level = if level.contains("rustls") {
         level.to_string()
     } else {
         format!("{level},rustls=error")
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(&level)
-        .with_context(|| format!("invalid log level {level:?}"))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    EnvFilter::try_new(&level).with_context(|| format!("invalid log level {level:?}"))
+}
+
+/// Installs the global subscriber: `level` as its filter (replaceable on SIGHUP), lines as
+/// text or JSON, to standard error or `file`.
+pub fn init(level: &str, format: LogFormat, file: Option<&Path>) -> anyhow::Result<Logging> {
+    let (filter_layer, handle) = reload::Layer::new(filter(level)?);
     let log_file = file
         .map(|path| {
             LogFile::new(path).with_context(|| format!("opening log file {}", path.display()))
         })
         .transpose()?;
-    match (format, log_file.clone()) {
-        (LogFormat::Text, None) => builder.init(),
-        (LogFormat::Json, None) => builder.json().init(),
-        (LogFormat::Text, Some(file)) => builder.with_ansi(false).with_writer(file).init(),
-        (LogFormat::Json, Some(file)) => builder.json().with_writer(file).init(),
-    }
-    Ok(log_file)
+    let output: Box<dyn Layer<Filtered> + Send + Sync> = match (format, log_file.clone()) {
+        (LogFormat::Text, None) => fmt::layer().with_target(false).boxed(),
+        (LogFormat::Json, None) => fmt::layer().json().with_target(false).boxed(),
+        (LogFormat::Text, Some(file)) => fmt::layer()
+            .with_target(false)
+            .with_ansi(false)
+            .with_writer(file)
+            .boxed(),
+        (LogFormat::Json, Some(file)) => fmt::layer()
+            .json()
+            .with_target(false)
+            .with_writer(file)
+            .boxed(),
+    };
+    // The reloadable filter sits directly on the registry (its handle's type says so); the
+    // output layer on top of it.
+    tracing_subscriber::registry()
+        .with(filter_layer)
+        .with(output)
+        .try_init()
+        .context("installing the log subscriber")?;
+    Ok(Logging {
+        file: log_file,
+        filter: handle,
+        level: level.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use hayate_server::{Config, LogFormat, Server};
 
 mod logging;
 mod notify;
+mod reload;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -249,6 +250,7 @@ fn bench(args: hayate_bench::BenchArgs) -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let started_with = args.config.as_deref().and_then(reload::StartedWith::read);
     let (mut config, warnings) = match &args.config {
         Some(path) => {
             let loaded = Config::load_file(path)?;
@@ -290,7 +292,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.log_file {
         config.server.log_file = Some(file.clone());
     }
-    let log_file = logging::init(
+    let mut logging = logging::init(
         &config.server.log_level,
         config.server.log_format,
         config.server.log_file.as_deref(),
@@ -322,12 +324,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // and the configuration file's bridges (added, removed or changed ones only).
         let mut signals = Signals::new();
         while let Signal::Hangup = signals.next().await {
-            if let Some(file) = &log_file {
-                if let Err(error) = file.reopen() {
-                    tracing::error!(%error, "log_file_reopen_failed");
-                }
+            if let Err(error) = logging.reopen() {
+                tracing::error!(%error, "log_file_reopen_failed");
             }
             tracing::info!("reload_requested");
+            reload_log_level(&args, &mut logging);
+            if let Some(started) = &started_with {
+                match started.needing_restart() {
+                    Ok(keys) if keys.is_empty() => {}
+                    Ok(keys) => {
+                        tracing::warn!(keys = %keys.join(", "), "config_changed_needs_restart")
+                    }
+                    Err(error) => tracing::error!(%error, "config_reload_failed"),
+                }
+            }
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
@@ -389,6 +399,26 @@ fn bridges_of(path: &Path) -> anyhow::Result<Vec<mosquitto::BridgeConfig>> {
     }
     config.ensure_runnable()?;
     Ok(config.bridges)
+}
+
+/// On SIGHUP: the log level from the configuration file read again (a `--log-level` on the
+/// command line keeps precedence). Other keys of the file take effect at the next start.
+fn reload_log_level(args: &ServeArgs, logging: &mut logging::Logging) {
+    let (Some(path), None) = (&args.config, &args.log_level) else {
+        return;
+    };
+    let level = match Config::load_file(path) {
+        Ok(loaded) => loaded.config.server.log_level,
+        Err(error) => {
+            tracing::error!(%error, "config_reload_failed");
+            return;
+        }
+    };
+    match logging.set_level(&level) {
+        Ok(true) => tracing::info!(level, "log_level_changed"),
+        Ok(false) => {}
+        Err(error) => tracing::error!(%error, "log_level_reload_failed"),
+    }
 }
 
 enum Signal {

@@ -346,3 +346,50 @@ fn sd_notify_readiness() {
     let n = socket.recv(&mut buf).expect("STOPPING=1 arrives");
     assert_eq!(&buf[..n], b"STOPPING=1");
 }
+
+/// SIGHUP applies a new `server.log_level` from the configuration file without a restart, and
+/// names the changed keys it does not apply.
+#[test]
+fn sighup_applies_a_new_log_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("hayate.log");
+    let config = dir.path().join("hayate.toml");
+    let write_config = |level: &str, extra: &str| {
+        let text = format!(
+            "[server]\nlog_level = \"{level}\"\nlog_file = \"{}\"\n{extra}",
+            log.display()
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    write_config("warn", "");
+    let config_arg = config.display().to_string();
+    let process = HayateProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_hayate")),
+        TOKEN,
+        &["--config", &config_arg],
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("hayate_started"),
+        "info lines are filtered out at warn"
+    );
+    write_config("info", "sys_interval_secs = 3\n");
+    let status = Command::new("kill")
+        .args(["-HUP", &process.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for_line(&log, "log_level_changed");
+    // Info lines are written from then on (the reload of the password and ACL files that
+    // follows logs one).
+    let text = wait_for_line(&log, "auth_reloaded");
+    let needs_restart = text
+        .lines()
+        .find(|line| line.contains("config_changed_needs_restart"))
+        .unwrap_or_else(|| panic!("no restart line in {text}"));
+    assert!(
+        needs_restart.contains("server.sys_interval_secs") && !needs_restart.contains("log_level"),
+        "{needs_restart}"
+    );
+}
