@@ -343,6 +343,35 @@ pub(crate) enum RemoteStream {
     Psk(Box<tokio_openssl::SslStream<TcpStream>>),
 }
 
+impl RemoteStream {
+    /// `"TLSv1.3 TLS13_AES_256_GCM_SHA384"`, `"TLSv1.2 ECDHE-PSK-CHACHA20-POLY1305"`; `None`
+    /// on TCP.
+    pub(crate) fn tls_description(&self) -> Option<String> {
+        match self {
+            RemoteStream::Tcp(_) => None,
+            RemoteStream::Tls(stream) => {
+                let connection = stream.get_ref().1;
+                let version = match connection.protocol_version() {
+                    Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3".to_string(),
+                    Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2".to_string(),
+                    Some(other) => format!("{other:?}"),
+                    None => "TLS".to_string(),
+                };
+                let suite = connection
+                    .negotiated_cipher_suite()
+                    .map(|suite| format!("{:?}", suite.suite()))
+                    .unwrap_or_default();
+                Some(format!("{version} {suite}").trim().to_string())
+            }
+            RemoteStream::Psk(stream) => {
+                let ssl = stream.ssl();
+                let cipher = ssl.current_cipher().map_or("", |c| c.name());
+                Some(format!("{} {cipher}", ssl.version_str()).trim().to_string())
+            }
+        }
+    }
+}
+
 impl AsyncRead for RemoteStream {
     fn poll_read(
         self: Pin<&mut Self>,
