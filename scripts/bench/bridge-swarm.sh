@@ -19,17 +19,26 @@
 # load generator holds EDGES+1 sockets, far below the ~19k descriptors a process may hold),
 # SECONDS at most 600, RATE at most 100. Each central broker's run takes about SECONDS + 30 s.
 #
+# EXTRA_LINKS=N adds N emulated links: `hayate bench swarm` clients connected to the same
+# bridge port over TLS-PSK (certificate TLS for FlashMQ), one QoS 1 message every 6 s each, for
+# the run's duration; their own figures go to results/bridge-swarm/extra-KIND.json. Edge
+# processes plus emulated links make the issue's thousands of links on one machine (at most
+# 15,000 emulated links: one bench process holds them).
+#
 # Environment: HAYATE (default target/release/hayate), MOSQUITTO, FLASHMQ
-# (/opt/flashmq/flashmq), RESULTS, CENTRALS (default "hayate mosquitto flashmq").
+# (/opt/flashmq/flashmq), RESULTS, CENTRALS (default "hayate mosquitto flashmq"), EXTRA_LINKS
+# (default 0).
 source "$(dirname "$0")/lib.sh"
 
 EDGES="${1:-20}"
 SECONDS_RUN="${2:-30}"
 RATE="${3:-2}"
 CENTRALS="${CENTRALS:-hayate mosquitto flashmq}"
+EXTRA_LINKS="${EXTRA_LINKS:-0}"
 PSK_KEY="00112233445566778899aabbccddeeff"
 [ "$EDGES" -ge 1 ] && [ "$EDGES" -le 500 ] || { echo "EDGES must be 1..500" >&2; exit 2; }
 [ "$SECONDS_RUN" -ge 1 ] && [ "$SECONDS_RUN" -le 600 ] || { echo "SECONDS must be 1..600" >&2; exit 2; }
+[ "$EXTRA_LINKS" -ge 0 ] && [ "$EXTRA_LINKS" -le 15000 ] || { echo "EXTRA_LINKS must be 0..15000" >&2; exit 2; }
 python3 -c "import sys; r=float(sys.argv[1]); sys.exit(0 if 0 < r <= 100 else 1)" "$RATE" \
     || { echo "RATE must be in (0, 100]" >&2; exit 2; }
 command -v ss >/dev/null || { echo "needs ss (iproute2)" >&2; exit 1; }
@@ -40,7 +49,7 @@ mkdir -p "$DIR"
 OUT="$RESULTS/bridge-swarm.txt"
 
 # The PSK file of the central broker: one identity per edge.
-for i in $(seq "$EDGES"); do echo "edge-$i:$PSK_KEY"; done >"$DIR/psk"
+{ for i in $(seq "$EDGES"); do echo "edge-$i:$PSK_KEY"; done; echo "swarm-extra:$PSK_KEY"; } >"$DIR/psk"
 
 # A CA and a server certificate for 127.0.0.1 (FlashMQ's TLS listener).
 make_certs() {
@@ -169,8 +178,18 @@ run_one() {
     hz=$(getconf CLK_TCK)
     ticks0=$(cpu_ticks "$CENTRAL_PID")
     t0=$(date +%s.%N)
+    local extra=""
+    if [ "$EXTRA_LINKS" -gt 0 ]; then
+        local security=(--psk-identity swarm-extra --psk "$PSK_KEY")
+        [ "$kind" != flashmq ] || security=(--tls --cafile "$DIR/ca.pem")
+        "$HAYATE" bench swarm --port "$BRIDGE_PORT" "${security[@]}" -c "$EXTRA_LINKS" \
+            --every 6 -d "$SECONDS_RUN" --quiet --json "$DIR/extra-$kind.json" \
+            >"$DIR/extra-$kind.log" 2>&1 &
+        extra=$!
+    fi
     load=$(python3 "$BENCH_ROOT/scripts/bench/bridge_swarm_load.py" "$SUB_PORT" "$DIR/edge-ports" \
         "$RATE" "$SECONDS_RUN" 20)
+    [ -z "$extra" ] || wait "$extra" || log "hayate bench swarm (extra links) failed: $DIR/extra-$kind.log"
     t1=$(date +%s.%N)
     ticks1=$(cpu_ticks "$CENTRAL_PID")
     local hwm rss
@@ -179,14 +198,14 @@ run_one() {
     kill "$sampler" 2>/dev/null || true
     local seen churn
     seen=$(sort -u "$DIR/ports-$kind" | grep -c . || true)
-    churn=$((seen > EDGES ? seen - EDGES : 0))
-    python3 - "$kind" "$load" "$hz" "$ticks0" "$ticks1" "$t0" "$t1" "$hwm" "$rss" "$churn" "$up" <<'EOF' | tee -a "$OUT"
+    churn=$((seen > EDGES + EXTRA_LINKS ? seen - EDGES - EXTRA_LINKS : 0))
+    python3 - "$kind" "$load" "$hz" "$ticks0" "$ticks1" "$t0" "$t1" "$hwm" "$rss" "$churn" "$up" "$EXTRA_LINKS" <<'EOF' | tee -a "$OUT"
 import json, sys
-kind, load, hz, c0, c1, t0, t1, hwm, rss, churn, up = sys.argv[1:]
+kind, load, hz, c0, c1, t0, t1, hwm, rss, churn, up, extra_links = sys.argv[1:]
 load = json.loads(load)
 cpu = (int(c1) - int(c0)) / int(hz)
 wall = float(t1) - float(t0)
-print(f"central={kind} edges={load['edges']} connected={up} sent={load['sent']} "
+print(f"central={kind} edges={load['edges']} extra_links={extra_links} connected={up} sent={load['sent']} "
       f"delivered={load['received']} ({load['delivered_pct']}%) duplicates={load['duplicates']} "
       f"edges_complete={load['edges_complete']} central_cpu={cpu:.1f}s ({100 * cpu / wall:.1f}% of a core) "
       f"rss_peak={int(hwm) // 1024}MB rss_end={int(rss) // 1024}MB reconnections={churn}")

@@ -98,7 +98,8 @@ impl<'a> Link<'a> {
         };
         let name = link.bridge.config.name.clone();
         link.take_retained_changes().await;
-        tracing::info!(bridge = %name, %address, version = ?link.remote.version(), "bridge_connected");
+        let tls = link.remote.tls().unwrap_or_else(|| "none".into());
+        tracing::info!(bridge = %name, %address, version = ?link.remote.version(), %tls, "bridge_connected");
         link.bridge.stats.connected.store(true, Ordering::Relaxed);
         BridgeStats::add(&link.bridge.stats.connects, 1);
         link.bridge.notify_local(true);

@@ -125,6 +125,11 @@ impl Remote {
         }
     }
 
+    /// The TLS version and cipher suite, `None` on TCP.
+    pub(crate) fn tls(&self) -> Option<String> {
+        self.stream.tls_description()
+    }
+
     /// The protocol version in use.
     pub(crate) fn version(&self) -> ProtocolVersion {
         self.version
