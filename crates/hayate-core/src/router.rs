@@ -133,7 +133,15 @@ impl Router {
     }
 
     /// Counts a client subscription added to or removed from `filter` in the route set.
+    /// Filters on `$` topics (`$SYS`) stay out of it: each node has its own.
     fn count_route(&self, filter: &str, cell: &SessionCell, added: bool) {
+        let topic_filter = match hayate_topic::parse_shared(filter) {
+            Ok(Some(shared)) => shared.filter,
+            _ => filter,
+        };
+        if topic_filter.starts_with('$') {
+            return;
+        }
         if let (Some(cluster), SessionKind::Client) = (self.cluster.get(), cell.kind) {
             if added {
                 cluster.added(filter);

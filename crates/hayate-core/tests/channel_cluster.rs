@@ -273,3 +273,15 @@ fn a_slow_node_holds_back_its_publishers_like_a_slow_subscriber() {
     assert!(peer.state.lock().congestion.is_congested());
     assert!(peer.state.lock().session.held_messages() <= 8);
 }
+
+#[test]
+fn sys_subscriptions_stay_on_their_node() {
+    let (harness, routes) = cluster_harness();
+    let mut local = harness.client(ConnectSpec::v5("watcher"));
+    local.subscribe("$SYS/broker/cluster/nodes", QoS::AtMostOnce);
+    local.subscribe("$share/g/$SYS/#", QoS::AtMostOnce);
+    local.subscribe("plain/#", QoS::AtMostOnce);
+    let (set, _) = routes.snapshot();
+    let filters: Vec<&str> = set.iter().map(|r| &*r.filter).collect();
+    assert_eq!(filters, vec!["plain/#"]);
+}

@@ -383,3 +383,26 @@ pub(crate) async fn bridges(State(state): State<Arc<AppState>>) -> Json<Value> {
         .collect();
     Json(json!({ "bridges": bridges }))
 }
+
+/// Where a node of a cluster publishes its view (`hayate-cluster`, retained).
+const CLUSTER_STATUS_TOPIC: &str = "$SYS/broker/cluster/nodes";
+
+/// This node's view of its cluster: the members, their state and links (`docs/CLUSTER.md`,
+/// "Status"), as the node publishes it; 404 on a node that is not in a cluster.
+pub(crate) async fn cluster(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let broker = &state.sources.broker;
+    let retained = broker
+        .router
+        .retained_matching(CLUSTER_STATUS_TOPIC, std::time::Instant::now());
+    let Some(message) = retained.first() else {
+        return Err(not_found_error("this node is not in a cluster"));
+    };
+    serde_json::from_slice(&message.payload)
+        .map(Json)
+        .map_err(|error| {
+            ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cluster status: {error}"),
+            )
+        })
+}

@@ -128,6 +128,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/publish", post(admin::publish))
         .route("/api/v1/subscriptions", get(admin::subscriptions))
         .route("/api/v1/bridges", get(admin::bridges))
+        .route("/api/v1/cluster", get(admin::cluster))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

@@ -429,3 +429,30 @@ async fn the_netsplit_policy_applies_while_a_node_is_unreachable_and_a_leaving_n
         0x10
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_shows_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let http: std::net::SocketAddr = ([127, 0, 0, 1], hayate_testkit::free_port()).into();
+    let conf = dir.path().join("http.toml");
+    std::fs::write(
+        &conf,
+        format!("[http]\nlisten = \"{http}\"\ntoken = \"secret-token\"\n"),
+    )
+    .unwrap();
+    let conf = conf.to_string_lossy().into_owned();
+    let n1 = Node::start(bin(), dir.path(), "n1", &[], &["-c", &conf]);
+    let n2 = Node::start(bin(), dir.path(), "n2", &[n1.cluster], &[]);
+    n1.wait_listening().await;
+    n2.wait_listening().await;
+    n1.wait_sees(&["n2"], Duration::from_secs(20)).await;
+    let (status, body) = tokio::task::spawn_blocking(move || {
+        hayate_testkit::ops::HttpApi::new(http, Some("secret-token")).get_json("/api/v1/cluster")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["node"], "n1");
+    assert_eq!(body["nodes"]["n2"]["live"], true);
+    assert_eq!(body["nodes"]["n2"]["link_up"], true);
+}
