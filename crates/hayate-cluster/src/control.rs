@@ -6,14 +6,16 @@
 //! - `$cluster/session` (queued in the claiming node's peer session, QoS 1): the session,
 //!   as MQTT 5 packets in the payload: one SUBSCRIBE per subscription (its options and
 //!   identifier), then one PUBLISH per message owed to the client (DUP when it may have been
-//!   sent, the remaining expiry interval).
+//!   sent, the remaining expiry interval), then one PUBREC per inbound QoS 2 packet id
+//!   waiting for its PUBREL.
 //!
 //! The client identifier travels as the user property `client_id`, never in a topic (a
 //! client identifier may hold `+`, `#` or `/`).
 
 use bytes::{Bytes, BytesMut};
 use hayate_codec::{
-    decode, encode, ByteStr, Packet, PacketId, Properties, ProtocolVersion, Publish, QoS, Subscribe,
+    decode, encode, ByteStr, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
+    Subscribe,
 };
 use hayate_core::handoff::HandedOver;
 use hayate_core::registry::SubscriptionRecord;
@@ -158,6 +160,17 @@ pub(crate) fn session_message(
         };
         let _ = encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut payload);
     }
+    for id in handed
+        .inbound_qos2
+        .iter()
+        .filter_map(|id| PacketId::new(*id))
+    {
+        let _ = encode(
+            &Packet::PubRec(PubResp::new(id)),
+            ProtocolVersion::V5,
+            &mut payload,
+        );
+    }
     Message::new(
         SESSION_TOPIC.into(),
         payload.freeze(),
@@ -192,6 +205,7 @@ fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
                 }
             }
             Packet::Publish(publish) => handed.deliveries.push(delivery(publish, now)),
+            Packet::PubRec(rec) => handed.inbound_qos2.push(rec.packet_id.get()),
             _ => return None,
         }
     }
@@ -301,6 +315,7 @@ mod tests {
                 },
             )],
             deliveries: vec![delivery],
+            inbound_qos2: vec![3, 9],
         };
         let message = session_message("c1", Some(&handed), now);
         assert_eq!(message.topic.as_str(), SESSION_TOPIC);
@@ -316,6 +331,7 @@ mod tests {
         assert_eq!(d.qos, QoS::AtLeastOnce);
         assert!(d.maybe_sent);
         assert_eq!(d.subscription_ids, vec![9]);
+        assert_eq!(back.inbound_qos2, vec![3, 9]);
         let left = d.message.expires_at.unwrap().duration_since(now);
         assert!(left <= Duration::from_secs(30) && left >= Duration::from_secs(28));
     }

@@ -59,20 +59,10 @@ impl ClusterHandle {
     }
 }
 
-/// Makes `broker` a node of the cluster `config` describes. Call before the broker restores
-/// stored sessions or accepts clients, so that every client subscription is counted in the
-/// node's route set. Runs until `shutdown` turns true.
-///
-/// `durable`: the broker keeps its sessions in a store. Links then resume their sessions on
-/// the other nodes even across this node's restart, so that what the others queued for it
-/// meanwhile (for its clients' persistent sessions) is delivered; without a store they start
-/// new ones, as this node's clients' sessions are gone anyway.
-pub async fn start(
-    broker: Arc<Broker>,
-    config: ClusterConfig,
-    durable: bool,
-    shutdown: watch::Receiver<bool>,
-) -> Result<ClusterHandle, ClusterError> {
+/// Makes `broker`'s router one node's of the cluster `config` describes: from now on its
+/// clients' subscriptions are counted in the node's route set. Call before the broker restores
+/// stored sessions or accepts clients; then [`start`] once the store is restored.
+pub fn attach(broker: &Broker, config: &ClusterConfig) -> Result<Arc<ClusterRoutes>, ClusterError> {
     let routes = Arc::new(ClusterRoutes::with_policy(
         config.prefer_local_shared,
         config.split_policy(),
@@ -82,6 +72,25 @@ pub async fn start(
             "the broker is already in a cluster".into(),
         ));
     }
+    Ok(routes)
+}
+
+/// Joins the cluster: gossip, then a link to every other live node. Call after [`attach`]
+/// and after the broker restored its stored sessions: a link that resumes its session on
+/// another node is delivered at once what that node queued for this one, and it must find
+/// the sessions it is for. Runs until `shutdown` turns true.
+///
+/// `durable`: the broker keeps its sessions in a store. Links then resume their sessions on
+/// the other nodes even across this node's restart, so that what the others queued for it
+/// meanwhile (for its clients' persistent sessions) is delivered; without a store they start
+/// new ones, as this node's clients' sessions are gone anyway.
+pub async fn start(
+    broker: Arc<Broker>,
+    routes: Arc<ClusterRoutes>,
+    config: ClusterConfig,
+    durable: bool,
+    shutdown: watch::Receiver<bool>,
+) -> Result<ClusterHandle, ClusterError> {
     let generation = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -18,12 +18,15 @@ pub struct HandedOver {
     /// What it still owed its client, in order: in flight (marked possibly sent), then
     /// queued.
     pub deliveries: Vec<Delivery>,
+    /// Packet ids of the client's QoS 2 messages routed and waiting for PUBREL: a
+    /// retransmission to the new node is acknowledged, not routed again [MQTT-4.3.3-10].
+    pub inbound_qos2: Vec<u16>,
 }
 
 impl HandedOver {
     /// Nothing to hand over.
     pub fn is_empty(&self) -> bool {
-        self.subscriptions.is_empty() && self.deliveries.is_empty()
+        self.subscriptions.is_empty() && self.deliveries.is_empty() && self.inbound_qos2.is_empty()
     }
 }
 
@@ -77,6 +80,7 @@ impl Broker {
                         .map(|(filter, record)| (filter.clone(), *record))
                         .collect(),
                     deliveries: state.session.take_all_deliveries(),
+                    inbound_qos2: state.session.inbound_qos2_ids(),
                 }
             };
             (handed, doorbell)
@@ -127,8 +131,14 @@ impl Broker {
             self.router
                 .deliver(&cell, delivery, now, wake, &mut outcome);
         }
-        if let Handover::Awaited(awaited) = &mut cell.state.lock().handover {
-            awaited.received = true;
+        {
+            let mut state = cell.state.lock();
+            for id in handed.inbound_qos2 {
+                state.session.restore_inbound_qos2(id);
+            }
+            if let Handover::Awaited(awaited) = &mut state.handover {
+                awaited.received = true;
+            }
         }
         tracing::info!(
             client_id,

@@ -168,6 +168,7 @@ fn a_resumed_sessions_connack_waits_for_the_handover() {
             },
         )],
         deliveries: Vec::new(),
+        inbound_qos2: Vec::new(),
     };
     let mut wake = Vec::new();
     assert!(harness
@@ -284,4 +285,44 @@ fn sys_subscriptions_stay_on_their_node() {
     let (set, _) = routes.snapshot();
     let filters: Vec<&str> = set.iter().map(|r| &*r.filter).collect();
     assert_eq!(filters, vec!["plain/#"]);
+}
+
+/// A QoS 2 message routed on the old node and retransmitted to the new one (its PUBREL not
+/// yet sent) is acknowledged there, not routed again [MQTT-4.3.3-10].
+#[test]
+fn inbound_qos2_ids_move_with_the_session() {
+    let (harness, _) = cluster_harness();
+    let mut subscriber = harness.client(ConnectSpec::v5("s"));
+    subscriber.subscribe("q2/#", QoS::ExactlyOnce);
+    let mut publisher = harness.client(ConnectSpec::v5("p").session_expiry(600));
+    let publish = publish_packet("q2/x", b"once", QoS::ExactlyOnce, false, Some(5));
+    publisher.send(Packet::Publish(publish.clone())).unwrap();
+    assert!(matches!(publisher.received()[..], [Packet::PubRec(_)]));
+    assert_eq!(subscriber.transmit_publishes().len(), 1);
+
+    let mut wake = Vec::new();
+    let handed = harness
+        .broker
+        .hand_over(
+            "p",
+            false,
+            hayate_core::Arrival::UNKNOWN,
+            None,
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session");
+    assert_eq!(handed.inbound_qos2, vec![5]);
+    let mut moved = harness.client(ConnectSpec::v5("p").clean_start(false).session_expiry(600));
+    assert!(harness
+        .broker
+        .take_over("p", handed, harness.now(), &mut wake));
+    let mut again = publish;
+    again.dup = true;
+    moved.send(Packet::Publish(again)).unwrap();
+    assert!(matches!(moved.received()[..], [Packet::PubRec(_)]));
+    assert!(
+        subscriber.transmit_publishes().is_empty(),
+        "routed once only"
+    );
 }

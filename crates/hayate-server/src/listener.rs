@@ -58,24 +58,31 @@ impl Server {
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
-        // In a cluster, before stored sessions come back: their subscriptions count in the
-        // node's route set.
-        if let Some(cluster) = &config.cluster {
-            let durable = config.storage.enabled_dir().is_some();
+        // In a cluster: attached before stored sessions come back (their subscriptions count
+        // in the node's route set), joined once they are back (a resumed link delivers what
+        // the other nodes queued for this one's sessions at once).
+        let cluster_routes = match &config.cluster {
+            Some(cluster) => {
+                Some(hayate_cluster::attach(&broker, cluster).map_err(io::Error::other)?)
+            }
+            None => None,
+        };
+        let store = match config.storage.enabled_dir() {
+            Some(dir) => Some(crate::storage::open(dir, &config.storage, &broker)?),
+            None => None,
+        };
+        if let (Some(cluster), Some(routes)) = (&config.cluster, cluster_routes) {
             let handle = hayate_cluster::start(
                 broker.clone(),
+                routes,
                 cluster.clone(),
-                durable,
+                store.is_some(),
                 shutdown_rx.clone(),
             )
             .await
             .map_err(io::Error::other)?;
             tasks.spawn(handle.wait());
         }
-        let store = match config.storage.enabled_dir() {
-            Some(dir) => Some(crate::storage::open(dir, &config.storage, &broker)?),
-            None => None,
-        };
         let settings = Arc::new(ConnectionSettings::from_config(&config));
         let active = Arc::new(LiveConnections::default());
         let mut local_addrs = Vec::new();

@@ -468,6 +468,19 @@ impl Session {
         taken
     }
 
+    /// The packet ids of inbound QoS 2 messages routed and waiting for their PUBREL (so that
+    /// a retransmission is not routed again), for a session moving to another node of a
+    /// cluster.
+    pub fn inbound_qos2_ids(&self) -> Vec<u16> {
+        let mut ids: Vec<u16> = self
+            .rare
+            .as_ref()
+            .map(|rare| rare.inbound_qos2.iter().copied().collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Drops every held message (used when a session is discarded).
     pub fn clear(&mut self) {
         self.pending.clear();
