@@ -1,7 +1,9 @@
 //! Messages between nodes on the reserved `$cluster/` topics, carried by the node links.
 //!
-//! - `$cluster/claim` (a link → the node it pulls from, QoS 0): "client C connected here at
-//!   T, with or without clean start". The node that has C's session disconnects C there and
+//! - `$cluster/claim` (queued in each other node's peer session here, QoS 1): "client C
+//!   connected here at T, with or without clean start". Queued behind what this node already
+//!   queued for that node, so a node that was away receives the messages for C's session
+//!   there first, then the claim. The node that has C's session disconnects C there and
 //!   answers with its session.
 //! - `$cluster/session` (queued in the claiming node's peer session, QoS 1): the session,
 //!   as MQTT 5 packets in the payload: one SUBSCRIBE per subscription (its options and
@@ -50,6 +52,21 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// The claim as a message for a peer session's queue (QoS 1: it waits there while the
+    /// node is away, behind what was queued for it before).
+    pub(crate) fn to_message(&self) -> Message {
+        let publish = self.to_publish();
+        Message::new(
+            publish.topic,
+            publish.payload,
+            QoS::AtLeastOnce,
+            false,
+            publish.properties,
+            None,
+            None,
+        )
+    }
+
     pub(crate) fn to_publish(&self) -> Publish {
         let properties = Properties {
             user_properties: vec![
@@ -237,6 +254,41 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
         subscription_ids,
         maybe_sent: publish.dup,
         ..Delivery::new(Arc::new(message), publish.qos, publish.retain)
+    }
+}
+
+/// Answers `claim` from node `from` (it came down this node's link from `from`): disconnects
+/// and hands over the client's session here, and queues the answer in `from`'s peer session
+/// here (even without a session: `from`'s CONNACK waits for it).
+pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Claim, now: Instant) {
+    let mut wake = hayate_core::WakeList::new();
+    let peer = broker.registry.get(&format!(
+        "{}{from}",
+        hayate_core::cluster::PEER_CLIENT_PREFIX
+    ));
+    let handed = broker.hand_over(
+        &claim.client_id,
+        claim.clean_start,
+        claim.arrival(),
+        peer.as_ref(),
+        now,
+        &mut wake,
+    );
+    if !claim.clean_start {
+        match peer {
+            Some(peer) => {
+                let message = session_message(&claim.client_id, handed.as_ref(), now);
+                let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+                let mut outcome = hayate_core::router::RouteOutcome::default();
+                broker
+                    .router
+                    .deliver(&peer, delivery, now, &mut wake, &mut outcome);
+            }
+            None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
+        }
+    }
+    for doorbell in wake {
+        doorbell.notify_one();
     }
 }
 

@@ -11,7 +11,7 @@
 //! same session there: what was queued or in flight meanwhile is delivered then.
 
 use crate::client::NodeClient;
-use crate::control::{decode_answer, Answer, SESSION_TOPIC};
+use crate::control::{answer_claim, decode_answer, Answer, Claim, CLAIM_TOPIC, SESSION_TOPIC};
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
@@ -64,8 +64,6 @@ pub(crate) struct Link {
     /// The first connection starts a new session there.
     first: bool,
     next_id: u16,
-    /// Messages for the other node's cluster task (`crate::control`).
-    commands: mpsc::Receiver<Publish>,
 }
 
 impl Link {
@@ -74,10 +72,8 @@ impl Link {
         peer: Arc<str>,
         address: SocketAddr,
         stats: Arc<NodeStats>,
-        commands: mpsc::Receiver<Publish>,
     ) -> Link {
         Link {
-            commands,
             ctx,
             peer,
             address,
@@ -361,7 +357,6 @@ impl Link {
                     last_input = tokio::time::Instant::now();
                 }
                 delta = feed.recv() => self.on_route_delta(client, delta, &mut feed)?,
-                Some(command) = self.commands.recv() => client.queue(&Packet::Publish(command))?,
                 _ = doorbell.notified() => {}
                 _ = paused => {}
                 _ = ping.tick() => {
@@ -490,8 +485,9 @@ impl Link {
         }
     }
 
-    /// A message from the other node's cluster task: a session handed over to this node.
-    /// Acknowledged here once taken (it never reaches the ingress).
+    /// A message from the other node's cluster task: a claim (a client of that node's wants
+    /// its session from here), or the answer to one of this node's claims (a session handed
+    /// over). Acknowledged here once handled (it never reaches the ingress).
     fn on_control(
         &mut self,
         client: &mut NodeClient,
@@ -522,6 +518,11 @@ impl Link {
                     }
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_session_undecodable"),
+            }
+        } else if publish.topic.as_str() == CLAIM_TOPIC {
+            match Claim::from_publish(&publish) {
+                Some(claim) => answer_claim(&self.ctx.broker, &self.peer, &claim, now),
+                None => tracing::warn!(peer = %self.peer, "cluster_claim_malformed"),
             }
         } else {
             tracing::warn!(peer = %self.peer, topic = %publish.topic, "cluster_control_unknown");

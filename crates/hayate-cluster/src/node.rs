@@ -1,7 +1,7 @@
 //! This node in the cluster: gossip (chitchat), one [`Link`] per other live node, dead nodes'
 //! state dropped after a grace period, and the status in `$SYS/broker/cluster/nodes`.
 
-use crate::control::{session_message, Answer, Claim, CLAIM_TOPIC};
+use crate::control::{Answer, Claim};
 use crate::link::{Link, LinkContext};
 use crate::status::{NodeStatus, Status, STATUS_TOPIC};
 use crate::{ClusterConfig, ClusterError, NodeStats};
@@ -9,7 +9,7 @@ use chitchat::transport::UdpTransport;
 use chitchat::{
     spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState,
 };
-use hayate_codec::{Publish, QoS};
+use hayate_codec::QoS;
 use hayate_core::cluster::{ClusterEvent, ClusterRoutes, PEER_CLIENT_PREFIX};
 use hayate_core::router::RouteOutcome;
 use hayate_core::{Broker, Delivery, WakeList};
@@ -25,9 +25,6 @@ use tokio::task::JoinHandle;
 const LEAVING_KEY: &str = "leaving";
 /// The gossip cluster id: nodes of other systems on the same port are not mixed in.
 const CLUSTER_ID: &str = "hayate";
-/// Claims waiting for a link that is down; beyond this the oldest are not sent (the client
-/// may then be connected to two nodes until it reconnects, see docs/CLUSTER.md).
-const COMMANDS_CAPACITY: usize = 4_096;
 /// Answers to claims waiting for the node task.
 const ANSWERS_CAPACITY: usize = 4_096;
 /// How long a claim waits for answers before its CONNACK goes out anyway (the channel's own
@@ -41,8 +38,6 @@ struct Peer {
     stats: Arc<NodeStats>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
-    /// Messages for the node's cluster task, sent over the link.
-    commands: mpsc::Sender<Publish>,
     /// Since when gossip has it dead (`None` while live).
     dead_since: Option<Instant>,
 }
@@ -224,16 +219,8 @@ impl Node {
                     client_id: client_id.to_string(),
                     clean_start,
                     at: at.as_nanos(),
-                }
-                .to_publish();
-                let mut asked = Vec::new();
-                for (name, peer) in &self.peers {
-                    if peer.commands.try_send(claim.clone()).is_err() {
-                        tracing::warn!(peer = %name, %client_id, "cluster_claim_dropped");
-                    } else if peer.stats.link_up.load(Ordering::Relaxed) {
-                        asked.push(name.clone());
-                    }
-                }
+                };
+                let asked = self.send_claim(&claim);
                 if await_handover {
                     if asked.is_empty() {
                         self.ctx.broker.release_handover(&client_id);
@@ -244,49 +231,37 @@ impl Node {
                     }
                 }
             }
-            ClusterEvent::Control { from, publish } => self.on_control(&from, &publish),
         }
     }
 
-    /// A node's message through its peer session here: a claim, answered with the session.
-    fn on_control(&self, from: &Arc<str>, publish: &Publish) {
-        if publish.topic.as_str() != CLAIM_TOPIC {
-            tracing::warn!(%from, topic = %publish.topic, "cluster_control_unknown");
-            return;
-        }
-        let Some(claim) = Claim::from_publish(publish) else {
-            tracing::warn!(%from, "cluster_claim_malformed");
-            return;
-        };
-        let now = Instant::now();
-        let mut wake = WakeList::new();
+    /// Queues `claim` in every other node's peer session here (behind what is already queued
+    /// for it); returns the nodes connected now, whose answers a CONNACK may wait for.
+    fn send_claim(&self, claim: &Claim) -> Vec<Arc<str>> {
         let broker = &self.ctx.broker;
-        let peer = broker.registry.get(from);
-        let handed = broker.hand_over(
-            &claim.client_id,
-            claim.clean_start,
-            claim.arrival(),
-            peer.as_ref(),
-            now,
-            &mut wake,
-        );
-        if !claim.clean_start {
-            // Answered even without a session: the claiming node's CONNACK waits for it.
-            match peer {
-                Some(peer) => {
-                    let message = session_message(&claim.client_id, handed.as_ref(), now);
-                    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
-                    let mut outcome = RouteOutcome::default();
-                    broker
-                        .router
-                        .deliver(&peer, delivery, now, &mut wake, &mut outcome);
-                }
-                None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
+        let now = Instant::now();
+        let message = Arc::new(claim.to_message());
+        let mut wake = WakeList::new();
+        let mut asked = Vec::new();
+        for name in self.peers.keys() {
+            let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{name}")) else {
+                continue;
+            };
+            let online = cell.state.lock().owner != 0;
+            let delivery = Delivery::new(message.clone(), QoS::AtLeastOnce, false);
+            let mut outcome = RouteOutcome::default();
+            broker
+                .router
+                .deliver(&cell, delivery, now, &mut wake, &mut outcome);
+            if outcome.delivered == 0 {
+                tracing::warn!(peer = %name, client_id = %claim.client_id, "cluster_claim_dropped");
+            } else if online {
+                asked.push(name.clone());
             }
         }
         for doorbell in wake {
             doorbell.notify_one();
         }
+        asked
     }
 
     /// Another node answered a claim (its session, if any, was taken by the link): once every
@@ -405,13 +380,11 @@ impl Node {
     fn spawn_link(&self, id: &ChitchatId) -> Peer {
         let stats = Arc::new(NodeStats::default());
         let (stop, stopped) = watch::channel(false);
-        let (commands, commands_rx) = mpsc::channel(COMMANDS_CAPACITY);
         let link = Link::new(
             self.ctx.clone(),
             id.node_id.clone(),
             id.gossip_advertise_addr,
             stats.clone(),
-            commands_rx,
         );
         Peer {
             generation: id.generation_id,
@@ -420,7 +393,6 @@ impl Node {
             stop,
             task: tokio::spawn(link.run(stopped)),
             dead_since: None,
-            commands,
         }
     }
 

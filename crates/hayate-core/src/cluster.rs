@@ -18,7 +18,6 @@
 //! subscription change.
 
 use crate::registry::SessionCell;
-use hayate_codec::Publish;
 use hayate_session::{Arrival, PeerScope};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -100,13 +99,6 @@ pub enum ClusterEvent {
         /// When its CONNECT arrived: of two connections of one client to two nodes, the later
         /// one wins.
         at: Arrival,
-    },
-    /// A node sent a message on a `$cluster/...` topic through its peer session here.
-    Control {
-        /// The peer session's client identifier (`$cluster/NODE`).
-        from: Arc<str>,
-        /// The message.
-        publish: Box<Publish>,
     },
 }
 

@@ -3,7 +3,6 @@
 use super::Channel;
 use crate::broker::forwardable_properties;
 use crate::close::{Close, CloseReason};
-use crate::cluster::{ClusterEvent, PEER_CLIENT_PREFIX};
 use crate::config::SharedStrategy;
 use crate::hooks::ListenerRole;
 use crate::router::WakeList;
@@ -85,19 +84,6 @@ impl Channel {
             && self.version.is_v5()
         {
             self.refuse_publish(&publish, ReasonCode::PAYLOAD_FORMAT_INVALID, out);
-            return Ok(());
-        }
-        if self.info.listener.role == ListenerRole::Cluster
-            && publish.topic.starts_with(PEER_CLIENT_PREFIX)
-        {
-            // A node's message to this node's cluster task, not to clients.
-            if let (Some(cluster), Some(client)) = (self.broker.router.cluster(), &self.client) {
-                cluster.event(ClusterEvent::Control {
-                    from: client.client_id.clone(),
-                    publish: Box::new(publish.clone()),
-                });
-            }
-            self.acknowledge(&publish, ReasonCode::SUCCESS, None, out);
             return Ok(());
         }
         let allowed = match &self.client {
