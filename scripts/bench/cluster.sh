@@ -223,7 +223,12 @@ if links:
     r["links_messages_in"] = links
 print(json.dumps(r))
 EOF
-    tail -1 "$OUT/runs.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"  {r[\"experiment\"]} {r[\"cell\"]} {r[\"config\"]} #{r[\"round\"]}: recv {r.get(\"received\")} lost {r.get(\"lost\")} cpu/1M {r.get(\"cpu_s_per_1M\")} p50 {r.get(\"p50_ms\")} p99 {r.get(\"p99_ms\")} msg/write {r.get(\"n1_messages_per_write\")}")' >&2
+    tail -1 "$OUT/runs.jsonl" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+keys = ("received", "lost", "cpu_s_per_1M", "p50_ms", "p99_ms", "n1_messages_per_write")
+print("  %s %s %s #%d:" % (r["experiment"], r["cell"], r["config"], r["round"]),
+      " ".join("%s=%s" % (k, r.get(k)) for k in keys))' >&2
     cleanup
 }
 
