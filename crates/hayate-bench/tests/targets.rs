@@ -85,4 +85,10 @@ async fn every_target_is_probed_and_bad_lists_are_refused() {
     ))
     .await;
     assert!(e.to_string().contains("HOST:PORT"), "{e}");
+    let e = run_err(&format!(
+        "compare --target x={0} --repeat 1 fan-in {Q} --targets {0} -c 2 -n 10",
+        a.addr
+    ))
+    .await;
+    assert!(e.to_string().contains("single runs only"), "{e}");
 }
