@@ -61,7 +61,8 @@ func main() {
 	prefix := flag.String("prefix", "pf", "topic prefix")
 	wait := flag.Bool("wait", false, "wait for each QoS 0 publish too (until written to the socket), as the write-ups' publishers do; QoS 1 and 2 always wait for the ack")
 	persistent := flag.Bool("persistent", false, "every client keeps its session (clean session off): the subscriber's messages are queued in its persistent session")
-	brokerPid := flag.Int("broker-pid", 0, "also print this process's CPU time over the publishing phase (connections excluded)")
+	subBroker := flag.String("sub-broker", "", "broker URL of the subscriber (default: -broker); another node of a cluster makes every message cross between nodes")
+	brokerPids := flag.String("broker-pid", "", "also print the CPU time of these processes (comma-separated pids: the broker, or the nodes of a cluster) over the publishing phase (connections excluded)")
 	flag.Parse()
 	if *size < 8 {
 		*size = 8
@@ -71,7 +72,16 @@ func main() {
 	done := make(chan struct{})
 	var latMu sync.Mutex
 	latencies := make([]int64, 0, *total)
-	subOpts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(*prefix + "-sub").SetCleanSession(!*persistent)
+	if *subBroker == "" {
+		*subBroker = *broker
+	}
+	var pids []int
+	for _, f := range strings.Split(*brokerPids, ",") {
+		if pid, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	subOpts := mqtt.NewClientOptions().AddBroker(*subBroker).SetClientID(*prefix + "-sub").SetCleanSession(!*persistent)
 	subOpts.SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
 	sub := mqtt.NewClient(subOpts)
 	if t := sub.Connect(); t.Wait() && t.Error() != nil {
@@ -114,7 +124,10 @@ func main() {
 	connectSecs := time.Since(connectStart).Seconds()
 
 	cpuStart := cpuSeconds()
-	brokerStart := procCPUSeconds(*brokerPid)
+	brokerStart := make([]float64, len(pids))
+	for i, pid := range pids {
+		brokerStart[i] = procCPUSeconds(pid)
+	}
 	start := time.Now()
 	var sent atomic.Int64
 	perWorker := *total / *workers
@@ -155,7 +168,10 @@ func main() {
 	}
 	recvSecs := time.Since(start).Seconds()
 	cpu := cpuSeconds() - cpuStart
-	brokerEnd := procCPUSeconds(*brokerPid)
+	brokerEnd := make([]float64, len(pids))
+	for i, pid := range pids {
+		brokerEnd[i] = procCPUSeconds(pid)
+	}
 	got := received.Load()
 	fmt.Printf("connections %d (%d failed) in %.2f s: %.0f conn/s\n", *conns, failed.Load(), connectSecs, float64(*conns)/connectSecs)
 	fmt.Printf("sent %d in %.2f s: %.0f msg/s\n", sent.Load(), sendSecs, float64(sent.Load())/sendSecs)
@@ -168,8 +184,16 @@ func main() {
 		fmt.Printf("latency ms p50 %.3f p99 %.3f p99.9 %.3f max %.3f (%d messages, publish call to handler)\n", at(0.5), at(0.99), at(0.999), at(1), n)
 	}
 	latMu.Unlock()
-	if *brokerPid > 0 && brokerStart >= 0 && brokerEnd >= 0 {
-		fmt.Printf("broker cpu %.2f s (%.0f%% of one core)\n", brokerEnd-brokerStart, 100*(brokerEnd-brokerStart)/recvSecs)
+	for i, pid := range pids {
+		if brokerStart[i] < 0 || brokerEnd[i] < 0 {
+			continue
+		}
+		used := brokerEnd[i] - brokerStart[i]
+		if len(pids) == 1 {
+			fmt.Printf("broker cpu %.2f s (%.0f%% of one core)\n", used, 100*used/recvSecs)
+		} else {
+			fmt.Printf("broker %d cpu %.2f s (%.0f%% of one core)\n", pid, used, 100*used/recvSecs)
+		}
 	}
 	for _, c := range clients {
 		if c != nil {

@@ -134,6 +134,20 @@ pub struct CommonArgs {
     /// Broker port.
     #[arg(long, default_value_t = 1883)]
     pub port: u16,
+    /// Spread the clients over several brokers (the nodes of a cluster): `HOST:PORT,...`.
+    /// Connection i of each role (publishers p0, p1, ...; subscribers s0, s1, ...) goes to
+    /// entry i mod N. Replaces --host/--port; --pub-targets/--sub-targets override it per role.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    #[serde(default)]
+    pub targets: Option<String>,
+    /// Brokers of the publishers (and of conn and swarm clients), round robin by index.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    #[serde(default)]
+    pub pub_targets: Option<String>,
+    /// Brokers of the subscribers, round robin by index.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    #[serde(default)]
+    pub sub_targets: Option<String>,
     /// MQTT version of the clients.
     #[arg(long = "mqtt", value_enum, default_value = "3.1.1")]
     pub mqtt: MqttVersion,

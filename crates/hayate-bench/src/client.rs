@@ -21,8 +21,12 @@ pub const MAX_PACKET: u32 = 256 * 1024 * 1024;
 /// How every client of a run connects.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClientConfig {
-    /// Broker address.
+    /// Broker address (`--host`/`--port`).
     pub addr: SocketAddr,
+    /// Per-role broker addresses (`--targets`...): connection i of a role goes to entry
+    /// i mod N of its list; empty lists mean `addr`.
+    #[serde(default)]
+    pub spread: crate::targets::Spread,
     /// `true` for MQTT 5, else 3.1.1.
     pub v5: bool,
     /// Keep alive, seconds (0 = off).
@@ -323,8 +327,9 @@ impl Conn {
 /// successful CONNACK.
 pub async fn connect(cfg: &ClientConfig, role: char, index: u64) -> Result<Conn, ConnectError> {
     let client_id = cfg.client_id(role, index);
+    let addr = cfg.spread.addr(role, index, cfg.addr);
     let work = async {
-        let socket = if cfg.addr.is_ipv4() {
+        let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()
         } else {
             TcpSocket::new_v6()
@@ -336,10 +341,7 @@ pub async fn connect(cfg: &ClientConfig, role: char, index: u64) -> Result<Conn,
                 .bind(SocketAddr::new(ip, 0))
                 .map_err(|e| classify_io(&e))?;
         }
-        let stream = socket
-            .connect(cfg.addr)
-            .await
-            .map_err(|e| classify_io(&e))?;
+        let stream = socket.connect(addr).await.map_err(|e| classify_io(&e))?;
         let _ = stream.set_nodelay(true);
         let stream = match cfg.tls_connector() {
             Ok(None) => Stream::Tcp(stream),

@@ -255,6 +255,14 @@ pub async fn run_compare(args: &CompareArgs, env: &Env) -> Result<CompareResult>
         .clone()
         .ok_or_else(|| BenchError::invalid("compare needs a scenario or --plan FILE"))?
         .into_command();
+    if base
+        .common()
+        .is_some_and(|c| c.targets.is_some() || c.pub_targets.is_some() || c.sub_targets.is_some())
+    {
+        return Err(BenchError::invalid(
+            "compare takes its brokers from --target; --targets, --pub-targets and --sub-targets apply to single runs only",
+        ));
+    }
     let scenario = base.name().to_string();
     let quiet = base.common().is_some_and(|c| c.quiet);
     let mut runs = Vec::new();

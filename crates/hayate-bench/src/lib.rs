@@ -40,6 +40,7 @@ pub mod results;
 pub mod scenario;
 pub mod stats;
 pub mod svg;
+pub mod targets;
 pub mod tls;
 
 pub use args::{BenchArgs, BenchCommand};

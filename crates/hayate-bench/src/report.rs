@@ -124,6 +124,25 @@ pub fn summary_text(r: &BenchResult) -> String {
         r.machine.os,
         r.machine.kernel
     );
+    if !c.publisher_targets.is_empty() || !c.subscriber_targets.is_empty() {
+        let list = |l: &[String]| {
+            if l.is_empty() {
+                r.target.address.clone()
+            } else {
+                l.join(",")
+            }
+        };
+        let _ = writeln!(
+            o,
+            "targets       publishers → {}; subscribers → {} (round robin){}",
+            list(&c.publisher_targets),
+            list(&c.subscriber_targets),
+            c.cross_target_fraction.map_or(String::new(), |f| format!(
+                "; {:.1} % cross brokers",
+                f * 100.0
+            ))
+        );
+    }
     let mut cfg = format!(
         "mqtt {}, {} connections",
         c.mqtt_version,

@@ -188,6 +188,19 @@ pub struct RunConfig {
     pub connect_rate_per_s: Option<f64>,
     /// Local source addresses used round-robin (empty = the system's choice).
     pub source_ips: Vec<String>,
+    /// `--targets`/`--pub-targets`: brokers of the publishers (and conn/swarm clients), round
+    /// robin by connection index; empty = the one target.
+    #[serde(default)]
+    pub publisher_targets: Vec<String>,
+    /// `--targets`/`--sub-targets`: brokers of the subscribers, round robin by index; empty =
+    /// the one target.
+    #[serde(default)]
+    pub subscriber_targets: Vec<String>,
+    /// With several targets: the fraction of messages (fan-out with own topics) or of
+    /// publisher–subscriber pairs (the other scenarios) whose two ends connect to different
+    /// brokers, i.e. that a cluster must forward between nodes; `null` with one target.
+    #[serde(default)]
+    pub cross_target_fraction: Option<f64>,
     /// Load generator processes.
     pub processes: u64,
     /// Runtime threads per process.

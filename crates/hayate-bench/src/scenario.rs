@@ -118,6 +118,12 @@ pub fn validate_common(c: &CommonArgs) -> Result<()> {
     if c.processes == Some(0) {
         return Err(BenchError::invalid("--processes must be at least 1"));
     }
+    crate::targets::role_lists(
+        c.targets.as_deref(),
+        c.pub_targets.as_deref(),
+        c.sub_targets.as_deref(),
+    )
+    .map_err(BenchError::InvalidOption)?;
     if let Some(src) = &c.source_ips {
         parse_source_ips(src).map_err(BenchError::InvalidOption)?;
     }
@@ -146,6 +152,34 @@ pub async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
     })
 }
 
+/// Resolves `--targets`, `--pub-targets` and `--sub-targets` (see [`crate::targets`]).
+pub async fn resolve_spread(c: &CommonArgs) -> Result<crate::targets::Spread> {
+    let (publishers, subscribers) = crate::targets::role_lists(
+        c.targets.as_deref(),
+        c.pub_targets.as_deref(),
+        c.sub_targets.as_deref(),
+    )
+    .map_err(BenchError::InvalidOption)?;
+    let mut spread = crate::targets::Spread::default();
+    for t in &publishers {
+        spread.publishers.push(resolve(&t.host, t.port).await?);
+    }
+    for t in &subscribers {
+        spread.subscribers.push(resolve(&t.host, t.port).await?);
+    }
+    // A role without a list of its own goes to --host/--port, written out so that results
+    // name it.
+    if spread.publishers.is_empty() != spread.subscribers.is_empty() {
+        let single = vec![resolve(&c.host, c.port).await?];
+        for list in [&mut spread.publishers, &mut spread.subscribers] {
+            if list.is_empty() {
+                *list = single.clone();
+            }
+        }
+    }
+    Ok(spread)
+}
+
 fn client_config(c: &CommonArgs, addr: SocketAddr) -> Result<ClientConfig> {
     let prefix = c.client_id_prefix.clone().unwrap_or_else(|| {
         let t = crate::clock::monotonic_ns() ^ u64::from(std::process::id()) << 20;
@@ -153,6 +187,7 @@ fn client_config(c: &CommonArgs, addr: SocketAddr) -> Result<ClientConfig> {
     });
     Ok(ClientConfig {
         addr,
+        spread: Default::default(),
         v5: c.mqtt == crate::args::MqttVersion::V5,
         keep_alive: c.keep_alive,
         username: c.username.clone(),
@@ -252,15 +287,23 @@ pub async fn run_scenario(cmd: &BenchCommand, env: &Env) -> Result<BenchResult> 
         .clone();
     validate_common(&common)?;
     procstat::raise_open_files_limit();
-    let addr = resolve(&common.host, common.port).await?;
+    let spread = resolve_spread(&common).await?;
+    // With --targets the first subscriber's broker is the run's address (probed first, named
+    // in the results); --host/--port only matter for a role without a list.
+    let addr = match spread.subscribers.first() {
+        Some(&first) => first,
+        None => resolve(&common.host, common.port).await?,
+    };
+    let mut client = client_config(&common, addr)?;
+    client.spread = spread;
     let setup = Setup {
-        client: client_config(&common, addr)?,
+        client,
         clock: Clock::start(),
         interval_ns: secs_to_ns(common.sample_interval),
         threads: threads_for(&common),
         common,
     };
-    let plan = match cmd {
+    let mut plan = match cmd {
         BenchCommand::FanIn(a) => fan_in::plan_fan_in(a, &setup)?,
         BenchCommand::Latency(a) => fan_in::plan_latency(a, &setup)?,
         BenchCommand::FanOut(a) => plan::plan_fan_out(a, &setup)?,
@@ -273,6 +316,12 @@ pub async fn run_scenario(cmd: &BenchCommand, env: &Env) -> Result<BenchResult> 
             )))
         }
     };
+    plan.config.cross_target_fraction = cross_target_fraction(&plan.config, &setup.client);
+    if plan.config.cross_target_fraction == Some(0.0) {
+        plan.warnings.push(
+            "several targets, but every publisher connects to the same broker as the subscribers of its messages: nothing crosses between brokers (change the number of publishers or targets)".into(),
+        );
+    }
     let result = run::execute(plan, &setup, env).await?;
     let print = env.print && !setup.common.quiet;
     if print {
@@ -285,6 +334,20 @@ pub async fn run_scenario(cmd: &BenchCommand, env: &Env) -> Result<BenchResult> 
         crate::html::write(path, &crate::html::run_report(&result))?;
     }
     Ok(result)
+}
+
+/// `config.cross_target_fraction`: with own topics (fan-out) topic k is published by
+/// publisher k mod P and read by subscriber k; otherwise every publisher–subscriber pair
+/// counts once.
+fn cross_target_fraction(c: &crate::results::RunConfig, client: &ClientConfig) -> Option<f64> {
+    let (pubs, subs) = (c.publishers?.max(1), c.subscribers?.max(1));
+    let (spread, addr) = (&client.spread, client.addr);
+    if c.topic_mode.as_deref() == Some("own") {
+        crate::targets::cross_fraction(spread, addr, subs, |k| k % pubs, |k| k)
+    } else {
+        let pairs = pubs.saturating_mul(subs).min(1 << 24);
+        crate::targets::cross_fraction(spread, addr, pairs, |k| k / subs, |k| k % subs)
+    }
 }
 
 /// Writes a value as pretty JSON.

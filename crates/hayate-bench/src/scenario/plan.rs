@@ -73,6 +73,20 @@ pub(super) fn base_config(s: &Setup, processes: u64) -> RunConfig {
             .iter()
             .map(|ip| ip.to_string())
             .collect(),
+        publisher_targets: s
+            .client
+            .spread
+            .publishers
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        subscriber_targets: s
+            .client
+            .spread
+            .subscribers
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
         processes,
         threads: s.threads as u64,
         sample_interval_s: c.sample_interval,

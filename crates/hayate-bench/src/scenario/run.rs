@@ -143,6 +143,15 @@ async fn begin(s: &Setup) -> Result<(Started, Samplers)> {
         .map_or(0, |d| d.as_millis() as u64);
     let machine = procstat::machine_info();
     let (broker_version, tls_session) = probe(&s.client, s.common.version_wait_ms).await?;
+    // Every other broker of a spread run must answer too, before anything starts.
+    for addr in s.client.spread.distinct(s.client.addr) {
+        if addr != s.client.addr {
+            let mut other = s.client.clone();
+            other.addr = addr;
+            other.spread = Default::default();
+            probe(&other, 0).await?;
+        }
+    }
     let (stop, stop_rx) = watch::channel(false);
     let broker =
         pid.map(|p| procstat::spawn_sampler(Some(p), clock, s.interval_ns, stop_rx.clone()));
