@@ -5,7 +5,9 @@ acknowledges 10 QoS 1 messages while n2 is down; then
 
   OTHER=1 scripts/cluster/repro-node-down.py   the subscriber reconnects to n1 (as a client
                                                 does when its node dies), n2 is restarted:
-                                                the 10 messages never arrive (2026-11-25);
+                                                the 10 messages never arrived before the
+                                                stored queue went with the handover (now
+                                                they do);
   scripts/cluster/repro-node-down.py            n2 is restarted and the subscriber returns to
                                                 n2: the 10 messages arrive.
 

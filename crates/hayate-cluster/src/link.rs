@@ -521,7 +521,20 @@ impl Link {
             }
         } else if publish.topic.as_str() == CLAIM_TOPIC {
             match Claim::from_publish(&publish) {
-                Some(claim) => answer_claim(&self.ctx.broker, &self.peer, &claim, now),
+                Some(claim) if claim.clean_start => {
+                    answer_claim(&self.ctx.broker, &self.peer, &claim, now)
+                }
+                Some(claim) => {
+                    // The part of the session's queue on disk only is read back first (it
+                    // goes with the session); the answer follows when it is in memory.
+                    let broker = self.ctx.broker.clone();
+                    let peer = self.peer.clone();
+                    let client_id = claim.client_id.clone();
+                    self.ctx.broker.prepare_hand_over(
+                        &client_id,
+                        Box::new(move || answer_claim(&broker, &peer, &claim, Instant::now())),
+                    );
+                }
                 None => tracing::warn!(peer = %self.peer, "cluster_claim_malformed"),
             }
         } else {

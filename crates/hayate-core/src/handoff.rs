@@ -31,6 +31,20 @@ impl HandedOver {
 }
 
 impl Broker {
+    /// Call before [`Broker::hand_over`]: when `client_id`'s session here has part of its
+    /// queue on disk only (a stored session that is offline, or holds more than its resident
+    /// limit), reads that part back into memory first, then calls `done` (on the store's
+    /// thread); otherwise calls `done` at once. Until then the session goes on receiving; what
+    /// arrives meanwhile stays in memory, so the handover takes it too.
+    pub fn prepare_hand_over(&self, client_id: &str, done: Box<dyn FnOnce() + Send>) {
+        match (self.persistence.get(), self.registry.get(client_id)) {
+            (Some(attached), Some(cell)) if cell.kind == SessionKind::Client => {
+                attached.load_for_handover(&cell, done)
+            }
+            _ => done(),
+        }
+    }
+
     /// The client `client_id` connected to another node at `claimed_at`: disconnects its
     /// connection here, if any (Session taken over, [MQTT-3.1.4-3]), ends its session here and
     /// returns what the session held (nothing when `clean_start`). `None` when there is no
@@ -70,6 +84,11 @@ impl Broker {
             }
             state.owner = 0;
             let doorbell = state.doorbell.take();
+            let left_on_disk = state.session.spilled();
+            if left_on_disk > 0 && !clean_start {
+                // Only when `prepare_hand_over` was skipped or gave up (memory budget).
+                tracing::warn!(client_id, left_on_disk, "handover_without_stored_queue");
+            }
             let handed = if clean_start {
                 HandedOver::default()
             } else {

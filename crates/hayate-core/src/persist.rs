@@ -138,32 +138,90 @@ impl Attached {
         let attached = self.clone();
         let target = cell.clone();
         let reply = Box::new(move |entries: Vec<PageEntry>| {
-            let exhausted = entries.len() < max;
-            let mut unreadable = Vec::new();
-            let mut page = Vec::with_capacity(entries.len());
-            for (entry, body) in entries {
-                match attached.delivery(entry, body) {
-                    Ok(delivery) => page.push(delivery),
-                    Err(seq) => unreadable.push(seq),
-                }
-            }
-            let mut state = target.state.lock();
+            attached.apply_page(&target, from_seq, max, entries);
+        });
+        self.store.read_page(&cell.client_id, from_seq, max, reply);
+    }
+
+    /// Reads the part of `cell`'s queue that is on disk only back into memory, page after
+    /// page, then calls `done` (at once when nothing is on disk; else on the store's thread).
+    /// From now on the session keeps new entries in memory (see
+    /// [`hayate_session::Session::take_handover_page_request`]), so that
+    /// [`crate::Broker::hand_over`] finds the whole queue there. Gives up, leaving the rest
+    /// on disk (logged), when a page adds nothing: the memory budget is exhausted.
+    pub(crate) fn load_for_handover(
+        self: &Arc<Self>,
+        cell: &Arc<SessionCell>,
+        done: Box<dyn FnOnce() + Send>,
+    ) {
+        let request = {
+            let mut state = cell.state.lock();
             if state.ended {
-                return;
+                None
+            } else {
+                state.session.take_handover_page_request()
             }
-            let added = state.session.apply_page(from_seq, page, exhausted);
-            for seq in unreadable {
-                tracing::warn!(client_id = %target.client_id, seq, "stored_message_unreadable");
-                state.session.forget_restored(seq);
-            }
-            attached.flush(&target.client_id, &mut state);
-            if added {
-                if let Some(doorbell) = &state.doorbell {
-                    doorbell.notify_one();
-                }
+        };
+        let Some((from_seq, max)) = request else {
+            done();
+            return;
+        };
+        let attached = self.clone();
+        let target = cell.clone();
+        let reply = Box::new(move |entries: Vec<PageEntry>| {
+            let read = entries.len();
+            let added = attached.apply_page(&target, from_seq, max, entries);
+            // No progress: this page had entries, added none (the memory budget), and no other
+            // read moved the disk part on. (An empty page settles the count; read again.)
+            let stuck = !added && read > 0 && {
+                let state = target.state.lock();
+                !state.ended && state.session.spilled_from() == Some(from_seq)
+            };
+            if !stuck {
+                attached.load_for_handover(&target, done);
+            } else {
+                let left = target.state.lock().session.spilled();
+                tracing::warn!(client_id = %target.client_id, left, "handover_queue_left_on_disk");
+                done();
             }
         });
         self.store.read_page(&cell.client_id, from_seq, max, reply);
+    }
+
+    /// A page read from `from_seq` goes into `cell`'s session; wakes its connection when
+    /// anything was added, and returns whether anything was.
+    fn apply_page(
+        self: &Arc<Self>,
+        cell: &Arc<SessionCell>,
+        from_seq: u64,
+        max: usize,
+        entries: Vec<PageEntry>,
+    ) -> bool {
+        let exhausted = entries.len() < max;
+        let mut unreadable = Vec::new();
+        let mut page = Vec::with_capacity(entries.len());
+        for (entry, body) in entries {
+            match self.delivery(entry, body) {
+                Ok(delivery) => page.push(delivery),
+                Err(seq) => unreadable.push(seq),
+            }
+        }
+        let mut state = cell.state.lock();
+        if state.ended {
+            return false;
+        }
+        let added = state.session.apply_page(from_seq, page, exhausted);
+        for seq in unreadable {
+            tracing::warn!(client_id = %cell.client_id, seq, "stored_message_unreadable");
+            state.session.forget_restored(seq);
+        }
+        self.flush(&cell.client_id, &mut state);
+        if added {
+            if let Some(doorbell) = &state.doorbell {
+                doorbell.notify_one();
+            }
+        }
+        added
     }
 
     /// A delivery from a stored entry and its message (decoded once while any session holds

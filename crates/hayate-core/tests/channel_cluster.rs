@@ -326,3 +326,76 @@ fn inbound_qos2_ids_move_with_the_session() {
         "routed once only"
     );
 }
+
+/// A stored session that is offline keeps its queue on disk only; handed over to another
+/// node, it goes whole: read back first (`prepare_hand_over`), in order, with what arrived
+/// while it was being read (docs/CLUSTER.md, "Sessions").
+#[test]
+fn a_stored_sessions_queue_on_disk_is_handed_over_too() {
+    let (harness, _) = cluster_harness();
+    let store = Arc::new(hayate_testkit::store::MemoryStore::default());
+    assert!(harness
+        .broker
+        .attach_store(store, harness.now(), 1_700_000_000_000));
+    let connect = || ConnectSpec::v5("c").clean_start(false).session_expiry(600);
+    let mut client = harness.client(connect());
+    client.subscribe("o/#", QoS::AtLeastOnce);
+    client.finish();
+    let mut publisher = harness.client(ConnectSpec::v5("pub"));
+    // More than a page (500) and than the resident limit (1,000).
+    let sent: Vec<String> = (0..1_200).map(|n| n.to_string()).collect();
+    for n in &sent {
+        publisher
+            .publish("o/x", n.as_bytes(), QoS::AtLeastOnce)
+            .unwrap();
+    }
+    let cell = harness.session("c").unwrap();
+    assert_eq!(cell.state.lock().session.spilled(), 1_200, "all on disk");
+
+    // MemoryStore answers at once, so `done` runs before `prepare_hand_over` returns.
+    let prepared = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = prepared.clone();
+    harness.broker.prepare_hand_over(
+        "c",
+        Box::new(move || flag.store(true, std::sync::atomic::Ordering::SeqCst)),
+    );
+    assert!(prepared.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(cell.state.lock().session.spilled(), 0, "read back");
+    // Arriving now, while the session waits to be handed over: kept in memory, behind.
+    publisher.publish("o/x", b"late", QoS::AtLeastOnce).unwrap();
+    assert_eq!(cell.state.lock().session.spilled(), 0);
+
+    let mut wake = Vec::new();
+    let handed = harness
+        .broker
+        .hand_over(
+            "c",
+            false,
+            hayate_core::Arrival::UNKNOWN,
+            None,
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session here");
+    let got: Vec<String> = handed
+        .deliveries
+        .iter()
+        .map(|d| String::from_utf8_lossy(&d.message.payload).into_owned())
+        .collect();
+    let mut expected = sent.clone();
+    expected.push("late".to_string());
+    assert_eq!(got, expected, "everything, in order");
+}
+
+/// Without a store, or without the session, preparing a handover has nothing to read.
+#[test]
+fn preparing_a_handover_without_a_store_is_immediate() {
+    let (harness, _) = cluster_harness();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = done.clone();
+    harness.broker.prepare_hand_over(
+        "nobody",
+        Box::new(move || flag.store(true, std::sync::atomic::Ordering::SeqCst)),
+    );
+    assert!(done.load(std::sync::atomic::Ordering::SeqCst));
+}

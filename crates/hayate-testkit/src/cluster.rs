@@ -178,11 +178,28 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `count` nodes and waits until every node sees every other one.
     pub async fn start(bin: &Path, count: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_nodes(bin, count, extra, false).await
+    }
+
+    /// As [`Cluster::start`], each node with its own data directory (`--data-dir`), kept
+    /// across restarts.
+    pub async fn start_durable(bin: &Path, count: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_nodes(bin, count, extra, true).await
+    }
+
+    async fn start_nodes(bin: &Path, count: usize, extra: &[&str], durable: bool) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut nodes: Vec<Node> = Vec::new();
         for i in 1..=count {
+            let name = format!("n{i}");
             let join: Vec<SocketAddr> = nodes.first().map(|n| n.cluster).into_iter().collect();
-            nodes.push(Node::start(bin, dir.path(), &format!("n{i}"), &join, extra));
+            let data = dir.path().join(format!("{name}.data"));
+            let data = data.to_str().expect("a UTF-8 temp path").to_string();
+            let mut args: Vec<&str> = extra.to_vec();
+            if durable {
+                args.extend(["--data-dir", &data]);
+            }
+            nodes.push(Node::start(bin, dir.path(), &name, &join, &args));
         }
         let cluster = Cluster { nodes, dir };
         for node in &cluster.nodes {

@@ -344,6 +344,60 @@ async fn a_killed_node_is_detected_and_a_restarted_one_rejoins() {
     assert_eq!(got, ["hello"]);
 }
 
+/// A persistent session whose node dies follows its client to another node once its node is
+/// back: what the other node acknowledged for it meanwhile (queued there for the dead node)
+/// reaches the restarted node, lands in the session's queue on disk, and goes with the
+/// session when the claim that waited behind it arrives (`prepare_hand_over`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_session_follows_its_client_when_its_node_comes_back() {
+    let mut cluster = Cluster::start_durable(bin(), 2, &[]).await;
+    let persistent = |node: &Node| {
+        let mqtt = node.mqtt;
+        async move {
+            let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
+            let mut connect = hayate_testkit::connect_packet(
+                hayate_codec::ProtocolVersion::V5,
+                "stored-sub",
+                false,
+            );
+            connect.properties.session_expiry_interval = Some(600);
+            client.connect(connect).await;
+            client
+        }
+    };
+    let mut sub = persistent(&cluster.nodes[1]).await;
+    sub.subscribe("r/#", QoS::AtLeastOnce, 1).await;
+    let mut publisher = cluster.nodes[0].client("pub", true).await;
+    await_route(&mut publisher, &mut sub, "r/probe").await;
+    cluster.nodes[1].kill();
+    drop(sub);
+    for i in 0..10u16 {
+        publisher
+            .publish(
+                "r/x",
+                format!("down-{i}").as_bytes(),
+                QoS::AtLeastOnce,
+                false,
+                i + 1,
+            )
+            .await;
+    }
+    // The client moves to n1 while n2 is down (no Session Present: n1 cannot know yet).
+    let mut moved = persistent(&cluster.nodes[0]).await;
+    moved.subscribe("r/#", QoS::AtLeastOnce, 1).await;
+    cluster.nodes[1].restart();
+    cluster.nodes[1].wait_listening().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = Vec::new();
+    while got.len() < 10 && Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(500)).await,
+        ));
+    }
+    let expected: Vec<String> = (0..10).map(|i| format!("down-{i}")).collect();
+    assert_eq!(got, expected, "n2:\n{}", cluster.nodes[1].log_text());
+}
+
 /// Waits until `node`'s status for `peer` satisfies `check`.
 async fn wait_status(node: &Node, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -97,6 +97,10 @@ pub(super) struct Journal {
     unstamped: bool,
     /// Entries on disk only (offline, or past [`RESIDENT_LIMIT`]).
     spill: Option<Spill>,
+    /// The session is being read back whole to be handed over to another node of a cluster
+    /// ([`Session::take_handover_page_request`]): once nothing is on disk, new entries stay
+    /// in memory, so that the handover takes everything.
+    handing_over: bool,
 }
 
 /// The packet id of stored entry `seq`: 1, 2, ... 65,535, 1, ...
@@ -251,6 +255,7 @@ impl Session {
     /// At attach: output waits until everything this session wrote so far is durable.
     pub(super) fn journal_attach(&mut self) {
         if let Some(journal) = self.journal_mut() {
+            journal.handing_over = false;
             journal.barrier = journal.last_ticket;
             // PUBRELs still waiting are sent again from the in-flight state.
             journal.pubrels.clear();
@@ -287,6 +292,13 @@ impl Session {
             .map_or(0, |spill| spill.count)
     }
 
+    /// The first seq on disk only, while anything is.
+    pub fn spilled_from(&self) -> Option<u64> {
+        self.journal()
+            .and_then(|journal| journal.spill.as_ref())
+            .map(|spill| spill.first_seq)
+    }
+
     /// Whether `delivery` goes to disk only: a QoS 1/2 delivery to a stored session that is
     /// offline (outside a shared group, whose members take over what an offline one holds),
     /// has entries on disk already, or holds [`RESIDENT_LIMIT`] in memory.
@@ -294,6 +306,10 @@ impl Session {
         let Some(journal) = self.journal() else {
             return false;
         };
+        if journal.handing_over {
+            // Behind what is still on disk, in order; in memory once that is read back.
+            return delivery.qos != QoS::AtMostOnce && journal.spill.is_some();
+        }
         delivery.qos != QoS::AtMostOnce
             && (journal.spill.is_some()
                 || (self.connection.is_none() && delivery.shared_group.is_none())
@@ -375,12 +391,29 @@ impl Session {
         Some((spill.first_seq, PAGE_SIZE))
     }
 
+    /// For a handover to another node of a cluster: a page to read whatever the client's state
+    /// (`(from_seq, max)`), or `None` once nothing is on disk. From the first call on, new
+    /// entries stay in memory once the disk part is read back (until a connection attaches
+    /// here again). A page already being read for the connection is read again: whichever
+    /// reply comes first is applied, the other is ignored.
+    pub fn take_handover_page_request(&mut self) -> Option<(u64, usize)> {
+        let journal = self.journal_mut()?;
+        journal.handing_over = true;
+        let spill = journal.spill.as_mut()?;
+        if !spill.reading {
+            spill.added_while_reading = 0;
+        }
+        spill.reading = true;
+        Some((spill.first_seq, PAGE_SIZE))
+    }
+
     /// The page read from `from_seq` (entries in seq order, `seq` set): they go to memory.
     /// `exhausted`: the store had no more entries than these. Returns whether anything was
     /// added (the caller wakes the connection). A page that no longer fits (the session was
     /// spilled again meanwhile) is ignored; it is asked for again.
     pub fn apply_page(&mut self, from_seq: u64, page: Vec<Delivery>, exhausted: bool) -> bool {
-        let attached = self.connection.is_some();
+        let attached =
+            self.connection.is_some() || self.journal().is_some_and(|journal| journal.handing_over);
         let Some(spill) = self
             .journal_mut()
             .and_then(|journal| journal.spill.as_mut())
