@@ -254,6 +254,9 @@ def main():
                     help="seconds a killed node stays down before its restart")
     ap.add_argument("--move-every", type=float, nargs=2, default=[10.0, 40.0], metavar=("MIN", "MAX"),
                     help="seconds before a client disconnects and reconnects to a random node")
+    ap.add_argument("--rolling", action="store_true",
+                    help="instead of random kill -9: a rolling restart, each node in turn stopped with SIGTERM, "
+                         "restarted after --down seconds, the next one --kill-every seconds later")
     ap.add_argument("--drain", type=float, default=30.0, help="seconds to wait for deliveries at the end")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--workdir", default=None, help="data directories and node logs (default: a temporary directory, kept)")
@@ -295,16 +298,20 @@ def main():
     while time.time() < t_end:
         time.sleep(0.2)
         if time.time() >= next_kill:
-            victim = random.choice(nodes)
+            victim = nodes[len(kills) % len(nodes)] if a.rolling else random.choice(nodes)
             down = random.uniform(*a.down)
-            log(f"kill -9 {victim.name}, restart in {down:.1f} s")
+            how = "SIGTERM" if a.rolling else "kill -9"
+            log(f"{how} {victim.name}, restart in {down:.1f} s")
             killed_at = time.time()
-            victim.kill()
+            if a.rolling:
+                victim.terminate()
+            else:
+                victim.kill()
             time.sleep(down)
             victim.start()
             ok = victim.wait_listening()
-            kills.append({"node": victim.name, "killed_at": killed_at, "restarted_at": time.time(),
-                          "listening": ok})
+            kills.append({"node": victim.name, "how": how, "killed_at": killed_at,
+                          "restarted_at": time.time(), "listening": ok})
             next_kill = time.time() + random.uniform(*a.kill_every)
         for n in nodes:
             if not n.up() and n.proc is not None:
