@@ -172,6 +172,11 @@ impl Channel {
         self.info.peer
     }
 
+    /// What the listener the connection came in on serves (clients, or another node's link).
+    pub fn listener_role(&self) -> crate::ListenerRole {
+        self.info.listener.role
+    }
+
     /// The client identifier, once connected.
     pub fn client_id(&self) -> Option<&str> {
         self.client.as_ref().map(|c| &*c.client_id)
