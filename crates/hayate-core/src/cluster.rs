@@ -24,6 +24,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 
+/// True for a topic or topic filter that each node keeps to itself: those starting with `$`
+/// (`$SYS`, [MQTT-4.7.2-1]). Neither routed to other nodes nor replicated when retained.
+pub fn stays_on_node(topic_or_filter: &str) -> bool {
+    topic_or_filter.starts_with('$')
+}
+
 /// The client identifier prefix reserved for peer sessions: only connections through a
 /// cluster listener may use it, and every session whose identifier has it is a peer session.
 pub const PEER_CLIENT_PREFIX: &str = "$cluster/";

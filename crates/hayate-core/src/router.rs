@@ -132,14 +132,11 @@ impl Router {
         self.cluster.get()
     }
 
-    /// Counts a client subscription added to or removed from `filter` in the route set.
-    /// Filters on `$` topics (`$SYS`) stay out of it: each node has its own.
-    fn count_route(&self, filter: &str, cell: &SessionCell, added: bool) {
-        let topic_filter = match hayate_topic::parse_shared(filter) {
-            Ok(Some(shared)) => shared.filter,
-            _ => filter,
-        };
-        if topic_filter.starts_with('$') {
+    /// Counts a client subscription added to or removed from `filter` (its topic filter
+    /// `topic_filter`, without `$share/GROUP/`) in the route set. Filters on node-local topics
+    /// (`$SYS`) stay out of it: each node has its own.
+    fn count_route(&self, filter: &str, topic_filter: &str, cell: &SessionCell, added: bool) {
+        if crate::cluster::stays_on_node(topic_filter) {
             return;
         }
         if let (Some(cluster), SessionKind::Client) = (self.cluster.get(), cell.kind) {
@@ -179,7 +176,7 @@ impl Router {
                         true
                     }
                     None => {
-                        self.count_route(filter, &entry.cell, true);
+                        self.count_route(filter, shared.filter, &entry.cell, true);
                         members.push(entry);
                         false
                     }
@@ -195,7 +192,7 @@ impl Router {
                 let mut index = self.index.write();
                 let replaced = index.insert(filter, id, entry).is_some();
                 if !replaced {
-                    self.count_route(filter, &cell, true);
+                    self.count_route(filter, filter, &cell, true);
                 }
                 let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
                 Subscribed { replaced, version }
@@ -237,7 +234,7 @@ impl Router {
                     return false;
                 };
                 let removed = members.remove(at);
-                self.count_route(filter, &removed.cell, false);
+                self.count_route(filter, shared.filter, &removed.cell, false);
                 if members.is_empty() {
                     index.remove(shared.filter, &group_name);
                 }
@@ -247,7 +244,7 @@ impl Router {
                 let removed = self.index.write().remove(filter, &session_id);
                 match removed {
                     Some(entry) => {
-                        self.count_route(filter, &entry.cell, false);
+                        self.count_route(filter, filter, &entry.cell, false);
                         true
                     }
                     None => false,
@@ -369,9 +366,12 @@ impl Router {
 
     /// In a cluster, a retained message published on this node goes to every peer session,
     /// whatever it subscribes to: every node keeps every retained message, so a subscription
-    /// on any node finds them (`docs/CLUSTER.md`). `$`-topics (`$SYS`) stay on their node.
+    /// on any node finds them (`docs/CLUSTER.md`). Node-local topics (`$SYS`) stay on their node.
     fn add_peers_for_retained(&self, targets: &mut Vec<Target>, message: &Message) {
-        if !message.retain || message.from_peer.is_some() || message.topic.starts_with('$') {
+        if !message.retain
+            || message.from_peer.is_some()
+            || crate::cluster::stays_on_node(&message.topic)
+        {
             return;
         }
         let Some(cluster) = self.cluster.get() else {
