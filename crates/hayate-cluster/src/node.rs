@@ -21,8 +21,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-/// Set by a node that is shutting down (and leaving the cluster).
-const LEAVING_KEY: &str = "leaving";
+/// Set by a node that is stopping (SIGTERM). It is expected back (a restart): the others keep
+/// its peer session, where messages and claims for it wait, as for a node that failed, until
+/// it returns or `dead_node_grace_secs` pass; but its absence is no split.
+const STOPPING_KEY: &str = "stopping";
 /// The gossip cluster id: nodes of other systems on the same port are not mixed in.
 const CLUSTER_ID: &str = "hayate";
 /// Answers to claims waiting for the node task.
@@ -40,6 +42,9 @@ struct Peer {
     task: JoinHandle<()>,
     /// Since when gossip has it dead (`None` while live).
     dead_since: Option<Instant>,
+    /// This incarnation announced that it is stopping: while it is away, the cluster is not
+    /// split.
+    stopping: bool,
 }
 
 /// The running cluster side of a node.
@@ -164,7 +169,7 @@ impl Node {
             let snapshot: Vec<ChitchatId> = live
                 .borrow_and_update()
                 .iter()
-                .filter(|(_, state)| state.get(LEAVING_KEY).is_none())
+                .filter(|(_, state)| state.get(STOPPING_KEY).is_none())
                 .map(|(id, _)| id.clone())
                 .collect();
             self.reconcile(&snapshot, &live.borrow());
@@ -191,10 +196,10 @@ impl Node {
                 }
             }
         }
-        // Leaving: the others forget this node at once instead of waiting for it as for a
-        // node that failed (and counting the cluster as split meanwhile).
+        // Stopping: the others keep what waits for this node, as for a node that failed, but
+        // do not count the cluster as split meanwhile.
         chitchat
-            .with_chitchat(|chitchat| chitchat.self_node_state().set(LEAVING_KEY, "1"))
+            .with_chitchat(|chitchat| chitchat.self_node_state().set(STOPPING_KEY, "1"))
             .await;
         tokio::time::sleep(self.gossip_interval * 3).await;
         for (_, peer) in self.peers.drain() {
@@ -301,24 +306,18 @@ impl Node {
     /// marks the others dead, and forgets those dead for longer than the grace period.
     fn reconcile(&mut self, live: &[ChitchatId], states: &BTreeMap<ChitchatId, NodeState>) {
         let now = Instant::now();
-        // Nodes that announced they are leaving are forgotten now.
-        let leaving: Vec<Arc<str>> = states
-            .iter()
-            .filter(|(id, state)| {
-                state.get(LEAVING_KEY).is_some()
-                    && self
-                        .peers
-                        .get(&id.node_id)
-                        .is_some_and(|p| p.generation == id.generation_id)
-            })
-            .map(|(id, _)| id.node_id.clone())
-            .collect();
-        for name in leaving {
-            if let Some(peer) = self.peers.remove(&name) {
-                let _ = peer.stop.send(true);
+        // Nodes that announced they are stopping: away on purpose, not a split. (Not
+        // forgotten yet: what waits for them here is theirs when they are back.)
+        for (id, state) in states {
+            if state.get(STOPPING_KEY).is_none() {
+                continue;
             }
-            self.end_peer_session(&name, now);
-            tracing::info!(peer = %name, "cluster_node_left");
+            if let Some(peer) = self.peers.get_mut(&id.node_id) {
+                if peer.generation == id.generation_id && !peer.stopping {
+                    peer.stopping = true;
+                    tracing::info!(peer = %id.node_id, "cluster_node_stopping");
+                }
+            }
         }
         let mut seen: Vec<Arc<str>> = Vec::new();
         for id in live.iter().filter(|id| id.node_id != self.self_id.node_id) {
@@ -336,6 +335,7 @@ impl Node {
                     tracing::info!(peer = %id.node_id, generation = id.generation_id, "cluster_node_restarted");
                     peer.generation = id.generation_id;
                     peer.dead_since = None;
+                    peer.stopping = false;
                 }
                 _ => {
                     if let Some(old) = self.peers.remove(&id.node_id) {
@@ -356,14 +356,21 @@ impl Node {
             }
             match peer.dead_since {
                 None => {
-                    tracing::warn!(peer = %name, "cluster_node_down");
+                    if peer.stopping {
+                        tracing::info!(peer = %name, "cluster_node_stopped");
+                    } else {
+                        tracing::warn!(peer = %name, "cluster_node_down");
+                    }
                     peer.dead_since = Some(now);
                 }
                 Some(since) if now.duration_since(since) >= self.grace => forget.push(name.clone()),
                 Some(_) => {}
             }
         }
-        let split = self.peers.values().any(|p| p.dead_since.is_some());
+        let split = self
+            .peers
+            .values()
+            .any(|p| p.dead_since.is_some() && !p.stopping);
         if split != self.ctx.routes.is_split() {
             tracing::warn!(split, "cluster_split_state");
             self.ctx.routes.set_split(split);
@@ -393,6 +400,7 @@ impl Node {
             stop,
             task: tokio::spawn(link.run(stopped)),
             dead_since: None,
+            stopping: false,
         }
     }
 
@@ -423,6 +431,7 @@ impl Node {
                     address: peer.address.to_string(),
                     generation: peer.generation,
                     live: peer.dead_since.is_none(),
+                    stopping: peer.stopping,
                     link_up: peer.stats.link_up.load(Ordering::Relaxed),
                     messages_in: peer.stats.messages_in.load(Ordering::Relaxed),
                     connects: peer.stats.connects.load(Ordering::Relaxed),

@@ -37,6 +37,9 @@ pub struct NodeStatus {
     pub generation: u64,
     /// Gossip has it alive.
     pub live: bool,
+    /// It announced that it is stopping (a restart or a shutdown): its absence is no split.
+    #[serde(default)]
+    pub stopping: bool,
     /// This node's link to it is connected.
     pub link_up: bool,
     /// Messages this node received from it.
@@ -56,16 +59,20 @@ impl Status {
         );
         let _ = writeln!(
             out,
-            "{:<20} {:<22} {:<6} {:<5} {:>12} {:>8}",
+            "{:<20} {:<22} {:<7} {:<5} {:>12} {:>8}",
             "NODE", "ADDRESS", "STATE", "LINK", "MSGS FROM", "CONNECTS"
         );
         for (name, node) in &self.nodes {
             let _ = writeln!(
                 out,
-                "{:<20} {:<22} {:<6} {:<5} {:>12} {:>8}",
+                "{:<20} {:<22} {:<7} {:<5} {:>12} {:>8}",
                 name,
                 node.address,
-                if node.live { "live" } else { "dead" },
+                match (node.live, node.stopping) {
+                    (true, _) => "live",
+                    (false, true) => "stopped",
+                    (false, false) => "dead",
+                },
                 if node.link_up { "up" } else { "down" },
                 node.messages_in,
                 node.connects
