@@ -12,6 +12,7 @@ pub mod core;
 pub mod mosquitto;
 pub mod ops;
 pub mod pki;
+pub mod prometheus;
 pub mod process;
 pub mod proxy;
 pub mod store;
