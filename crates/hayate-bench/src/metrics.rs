@@ -308,7 +308,10 @@ fn messages(e: &mut DescriptorEncoder, total: &MetricsSnapshot) -> fmt::Result {
 }
 
 fn latency(e: &mut DescriptorEncoder, total: &MetricsSnapshot) -> fmt::Result {
-    let bounds = LATENCY_BUCKETS_SECONDS.iter().copied().chain([f64::INFINITY]);
+    let bounds = LATENCY_BUCKETS_SECONDS
+        .iter()
+        .copied()
+        .chain([f64::INFINITY]);
     let buckets: Vec<(f64, u64)> = bounds
         .zip(total.latency.iter().copied().chain(std::iter::repeat(0)))
         .collect();
@@ -320,12 +323,7 @@ fn latency(e: &mut DescriptorEncoder, total: &MetricsSnapshot) -> fmt::Result {
         Some(&unit),
         MetricType::Histogram,
     )?;
-    metric.encode_histogram::<NoLabelSet>(
-        total.latency_sum_ns as f64 / 1e9,
-        count,
-        &buckets,
-        None,
-    )
+    metric.encode_histogram::<NoLabelSet>(total.latency_sum_ns as f64 / 1e9, count, &buckets, None)
 }
 
 #[cfg(test)]

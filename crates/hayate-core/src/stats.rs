@@ -46,11 +46,7 @@ impl PublishCounts {
     /// Every PUBLISH packet: the sum over QoS, plus those counted before counts were kept by
     /// QoS.
     pub fn total(&self) -> u64 {
-        QOS_LEVELS
-            .iter()
-            .map(|qos| self.packets(*qos))
-            .sum::<u64>()
-            + Stats::get(&self.earlier)
+        QOS_LEVELS.iter().map(|qos| self.packets(*qos)).sum::<u64>() + Stats::get(&self.earlier)
     }
 
     /// The lifetime counters, by name (`prefix`, then `prefix_qosN` and `prefix_qosN_bytes`);
@@ -244,8 +240,6 @@ mod tests {
         assert_eq!(restored.publish_received.packets(QoS::AtMostOnce), 0);
         restored.publish_received.count(QoS::AtMostOnce, 1);
         assert_eq!(restored.publish_received.total(), 41);
-        assert!(restored
-            .totals()
-            .contains(&("publish_received".into(), 40)));
+        assert!(restored.totals().contains(&("publish_received".into(), 40)));
     }
 }

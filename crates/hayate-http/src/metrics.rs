@@ -169,12 +169,7 @@ impl Out<'_, '_> {
         let mut encoder =
             self.encoder
                 .encode_descriptor(name, help, Some(&unit), MetricType::Histogram)?;
-        encoder.encode_histogram::<NoLabelSet>(
-            figures.sum,
-            figures.count(),
-            &figures.buckets,
-            None,
-        )
+        encoder.encode_histogram::<NoLabelSet>(figures.sum, figures.count(), &figures.buckets, None)
     }
 
     fn family(

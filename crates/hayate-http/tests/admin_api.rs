@@ -335,14 +335,16 @@ fn metrics_reflect_traffic() {
         publisher.send_publish("m/1", b"payload");
     }
     publisher.send_publish("nobody/listens", b"x");
-    let id = hayate_codec::PacketId::new(1);
-    let qos1 = hayate_testkit::publish_packet("m/2", b"at-least", QoS::AtLeastOnce, false, id);
+    let qos1 = hayate_testkit::publish_packet("m/2", b"at-least", QoS::AtLeastOnce, false, Some(1));
     publisher.send(&Packet::Publish(qos1));
     let mut delivered = Vec::new();
     for _ in 0..4 {
         delivered.push(sub.recv_publish(WAIT).expect("delivered").qos);
     }
-    assert_eq!(delivered.iter().filter(|q| **q == QoS::AtLeastOnce).count(), 1);
+    assert_eq!(
+        delivered.iter().filter(|q| **q == QoS::AtLeastOnce).count(),
+        1
+    );
     let deadline = std::time::Instant::now() + WAIT;
     let text = loop {
         let (status, text) = running.api.get("/metrics");

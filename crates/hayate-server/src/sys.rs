@@ -57,12 +57,20 @@ pub(crate) async fn sys_loop(
             Stats::get(&s.messages_received)
         }),
         (Load::new("messages/sent"), |s| s.publish_sent.total()),
-        (Load::new("publish/received"), |s| s.publish_received.total()),
+        (Load::new("publish/received"), |s| {
+            s.publish_received.total()
+        }),
         (Load::new("publish/sent"), |s| s.publish_sent.total()),
-        (Load::new("publish/dropped"), |s| Stats::get(&s.publish_dropped)),
-        (Load::new("bytes/received"), |s| Stats::get(&s.bytes_received)),
+        (Load::new("publish/dropped"), |s| {
+            Stats::get(&s.publish_dropped)
+        }),
+        (Load::new("bytes/received"), |s| {
+            Stats::get(&s.bytes_received)
+        }),
         (Load::new("bytes/sent"), |s| Stats::get(&s.bytes_sent)),
-        (Load::new("connections"), |s| Stats::get(&s.connections_total)),
+        (Load::new("connections"), |s| {
+            Stats::get(&s.connections_total)
+        }),
     ];
     loop {
         tokio::select! {

@@ -82,7 +82,12 @@ impl Latency {
         for (i, n) in self.buckets.iter().enumerate() {
             seen += n;
             if seen >= rank {
-                return Some(LATENCY_BUCKETS_MICROS.get(i).copied().unwrap_or(self.max_micros));
+                return Some(
+                    LATENCY_BUCKETS_MICROS
+                        .get(i)
+                        .copied()
+                        .unwrap_or(self.max_micros),
+                );
             }
         }
         Some(self.max_micros)

@@ -12,8 +12,8 @@ pub mod core;
 pub mod mosquitto;
 pub mod ops;
 pub mod pki;
-pub mod prometheus;
 pub mod process;
+pub mod prometheus;
 pub mod proxy;
 pub mod store;
 

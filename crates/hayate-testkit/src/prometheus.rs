@@ -159,9 +159,8 @@ impl Prometheus {
                 }
                 let deadline = Instant::now() + Duration::from_secs(20);
                 loop {
-                    let (status, body) = self
-                        .api
-                        .get(&format!("/api/v1/query?query={}", encode(&q)));
+                    let (status, body) =
+                        self.api.get(&format!("/api/v1/query?query={}", encode(&q)));
                     assert_eq!(status, 200, "{q}: {body}");
                     let body: Value = serde_json::from_str(&body).expect("JSON");
                     assert_eq!(body["status"], "success", "{q}: {body}");

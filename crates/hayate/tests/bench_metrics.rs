@@ -96,7 +96,10 @@ fn bench_serves_live_metrics_during_a_run() {
         "hayate_bench_publish_sent_payload_bytes_total{qos=\"1\"}",
     );
     assert_eq!(sent_bytes, sent_now * PAYLOAD as f64, "{second}");
-    assert_eq!(value(&second, "hayate_bench_publish_sent_total{qos=\"0\"}"), 0.0);
+    assert_eq!(
+        value(&second, "hayate_bench_publish_sent_total{qos=\"0\"}"),
+        0.0
+    );
     // The histogram: samples, cumulative buckets ending at the count, a plausible sum.
     let count = value(&second, latency_count);
     assert!(count > 0.0, "{second}");

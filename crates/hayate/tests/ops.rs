@@ -82,10 +82,7 @@ fn prometheus_scrapes_hayate() {
     let query = |q: &str| prometheus.query(q);
     assert_eq!(query("sum(hayate_publish_received_total)"), Some(7.0));
     assert_eq!(query("sum(hayate_publish_sent_total)"), Some(7.0));
-    assert_eq!(
-        query("hayate_publish_received_total{qos=\"0\"}"),
-        Some(7.0)
-    );
+    assert_eq!(query("hayate_publish_received_total{qos=\"0\"}"), Some(7.0));
     assert_eq!(query("hayate_subscriptions"), Some(1.0));
     assert!(query("process_resident_memory_bytes").unwrap() > 1e6);
     assert_eq!(

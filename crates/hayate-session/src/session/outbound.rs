@@ -90,9 +90,7 @@ impl Session {
             if delivery.qos == QoS::AtMostOnce {
                 self.free(weight);
                 match self.write_publish(&conn, &delivery, None, false, now, out) {
-                    Ok(()) => {
-                        report.count_published(delivery.qos, delivery.message.payload.len())
-                    }
+                    Ok(()) => report.count_published(delivery.qos, delivery.message.payload.len()),
                     Err(Unsendable::Expired) => report.expired += 1,
                     Err(Unsendable::TooLarge) => report.too_large += 1,
                 }
