@@ -4,13 +4,18 @@
 #     alternating, REPEAT runs each (broker CPU from /proc via --broker-pid);
 #  2. the admin API at CLIENTS connected clients: one page of 1000, the whole listing page by
 #     page, and one /metrics scrape, each timed with curl.
-# Usage: scripts/bench/metrics-cost.sh   (HAYATE=path/to/release/hayate REPEAT=3 CLIENTS=18000)
+# Usage: scripts/bench/metrics-cost.sh   (HAYATE=path/to/release/hayate REPEAT=3 CLIENTS=18000
+#        QOS=0 (the fan-in's publish and subscription QoS), ADMIN=0 to skip part 2)
+# Two builds side by side (the cost of a change to the counters): run it once with each
+# binary as HAYATE, e.g. HAYATE=/tmp/before/hayate ADMIN=0 QOS=1 scripts/bench/metrics-cost.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 HAYATE="${HAYATE:-$ROOT/target/release/hayate}"
 REPEAT="${REPEAT:-3}"
 CLIENTS="${CLIENTS:-18000}"
 MESSAGES="${MESSAGES:-5000000}"
+QOS="${QOS:-0}"
+ADMIN="${ADMIN:-1}"
 TOKEN=bench-token
 OUT="$(mktemp -d)"
 MQTT_PORT=21883
@@ -31,7 +36,7 @@ start_broker() { # $1: on|off
 stop_broker() { kill "$BROKER" 2>/dev/null || true; wait "$BROKER" 2>/dev/null || true; }
 scrape() { curl -s -o /dev/null -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$HTTP_PORT$1"; }
 
-echo "== fan-in, 1000 publishers, $MESSAGES QoS 0 messages, broker on one thread"
+echo "== fan-in, 1000 publishers, $MESSAGES QoS $QOS messages, broker on one thread"
 for run in $(seq "$REPEAT"); do
     for mode in off on; do
         start_broker "$mode"
@@ -40,7 +45,7 @@ for run in $(seq "$REPEAT"); do
             (while true; do scrape /metrics; sleep 1; done) &
             SCRAPER=$!
         fi
-        "$HAYATE" bench fan-in --port "$MQTT_PORT" -c 1000 -w 100 -n "$MESSAGES" -q 0 --sub-qos 0 \
+        "$HAYATE" bench fan-in --port "$MQTT_PORT" -c 1000 -w 100 -n "$MESSAGES" -q "$QOS" --sub-qos "$QOS" \
             --broker-pid "$BROKER" --quiet --json "$OUT/fanin-$mode-$run.json" >/dev/null
         [ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null
         stop_broker
@@ -64,6 +69,10 @@ PY
     done
 done
 
+if [ "$ADMIN" = 0 ]; then
+    echo "raw results: $OUT"
+    exit 0
+fi
 echo "== admin API with $CLIENTS clients connected"
 start_broker on
 "$HAYATE" bench conn --port "$MQTT_PORT" -c "$CLIENTS" --hold 120 --quiet >/dev/null 2>&1 &

@@ -197,6 +197,12 @@ pub struct CommonArgs {
     /// to FILE.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Serve the run's live figures (messages and bytes by QoS, connections, errors,
+    /// duplicates, latency histogram) for Prometheus at http://ADDR/metrics while it runs:
+    /// HOST:PORT, or a port for 127.0.0.1:PORT (crates/hayate-bench/README.md, "Live metrics").
+    #[arg(long, value_name = "ADDR")]
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 5.0, value_name = "S")]
     pub progress: f64,

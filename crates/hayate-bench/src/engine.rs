@@ -16,6 +16,7 @@ mod worker;
 use crate::args::Shape;
 use crate::client::{connect, ClientConfig, Conn};
 use crate::clock::{Clock, Schedule};
+use crate::live::{LiveMetrics, MetricsSnapshot};
 use crate::rate_schedule::RatePhase;
 use crate::stats::{coarse_histogram, hist_to_base64, Credit, CreditHook, RecorderWire};
 use publish::run_publishers;
@@ -170,10 +171,12 @@ pub struct PartLive {
     pub connected: AtomicU64,
     /// Connections lost during the run.
     pub dropped: AtomicU64,
+    /// The figures served by `--metrics-listen`.
+    pub metrics: LiveMetrics,
 }
 
 /// Snapshot of [`PartLive`].
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LiveSnapshot {
     /// See [`PartLive::sent`].
     pub sent: u64,
@@ -185,6 +188,9 @@ pub struct LiveSnapshot {
     pub connected: u64,
     /// See [`PartLive::dropped`].
     pub dropped: u64,
+    /// See [`PartLive::metrics`].
+    #[serde(default)]
+    pub metrics: MetricsSnapshot,
 }
 
 impl PartLive {
@@ -196,6 +202,7 @@ impl PartLive {
             received: self.received.load(Ordering::Relaxed),
             connected: self.connected.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
+            metrics: self.metrics.snapshot(),
         }
     }
 
@@ -206,6 +213,7 @@ impl PartLive {
         self.received.store(s.received, Ordering::Relaxed);
         self.connected.store(s.connected, Ordering::Relaxed);
         self.dropped.store(s.dropped, Ordering::Relaxed);
+        self.metrics.store(&s.metrics);
     }
 }
 
@@ -490,10 +498,12 @@ async fn connect_many(
                 conns.push((id, conn));
             }
             Ok((_, Err(e), _, done)) => {
+                live.metrics.connect_failed();
                 *report.failures.entry(e.reason()).or_default() += 1;
                 report.end_ns = report.end_ns.max(done);
             }
             Err(_) => {
+                live.metrics.connect_failed();
                 *report.failures.entry("task-panicked".into()).or_default() += 1;
             }
         }

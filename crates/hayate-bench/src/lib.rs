@@ -31,6 +31,8 @@ pub mod compare;
 pub mod engine;
 pub mod error;
 pub mod html;
+pub mod live;
+pub mod metrics;
 pub mod multiproc;
 pub mod payload;
 pub mod procstat;

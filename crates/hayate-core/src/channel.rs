@@ -346,7 +346,13 @@ impl Channel {
         }
         self.more_to_send = report.more;
         let stats = &self.broker.stats;
-        Stats::add(&stats.publish_sent, report.published as u64);
+        for qos in crate::stats::QOS_LEVELS {
+            stats.publish_sent.add(
+                qos,
+                report.published_by_qos[qos as usize] as u64,
+                report.payload_bytes_by_qos[qos as usize],
+            );
+        }
         Stats::add(
             &stats.publish_dropped,
             (report.expired + report.too_large) as u64,

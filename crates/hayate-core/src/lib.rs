@@ -41,4 +41,4 @@ pub use hooks::{
 pub use in_process::{InProcess, InProcessError};
 pub use registry::SessionCell;
 pub use router::WakeList;
-pub use stats::Stats;
+pub use stats::{PublishCounts, Stats};

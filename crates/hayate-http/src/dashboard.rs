@@ -67,8 +67,8 @@ impl History {
         let broker = &state.sources.broker;
         let stats = &broker.stats;
         let counters = [
-            Stats::get(&stats.publish_received),
-            Stats::get(&stats.publish_sent),
+            stats.publish_received.total(),
+            stats.publish_sent.total(),
             Stats::get(&stats.publish_dropped),
             Stats::get(&stats.bytes_received),
             Stats::get(&stats.bytes_sent),
@@ -167,8 +167,8 @@ pub(crate) async fn overview(State(state): State<Arc<AppState>>) -> Json<Value> 
         "sessions_offline": sessions.saturating_sub(connected),
         "subscriptions": Stats::get(&stats.subscriptions),
         "retained": broker.router.retained_count(),
-        "publish_received": Stats::get(&stats.publish_received),
-        "publish_sent": Stats::get(&stats.publish_sent),
+        "publish_received": stats.publish_received.total(),
+        "publish_sent": stats.publish_sent.total(),
         "publish_dropped": Stats::get(&stats.publish_dropped),
         "queued_bytes": broker.memory.held(),
         "queued_bytes_limit": broker.memory.limit(),

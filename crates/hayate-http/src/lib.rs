@@ -14,7 +14,7 @@ mod metrics;
 pub mod process;
 
 pub use config::{Access, HttpConfig, HttpConfigError};
-pub use metrics::{BridgeFigures, ListenerConnections, StoreFigures};
+pub use metrics::{BridgeFigures, HistogramFigures, ListenerConnections, StoreFigures};
 
 use axum::routing::{get, post};
 use axum::Router;

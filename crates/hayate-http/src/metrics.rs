@@ -10,9 +10,11 @@ use crate::{AppState, Sources};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hayate_core::Stats;
+use hayate_codec::QoS;
+use hayate_core::stats::QOS_LEVELS;
+use hayate_core::{PublishCounts, Stats};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -21,8 +23,25 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+/// A histogram's figures at one moment: what a Prometheus histogram shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramFigures {
+    /// `(upper bound, observations in this bucket)` per bucket, not cumulative, in
+    /// increasing order; the last bound is `f64::INFINITY`.
+    pub buckets: Vec<(f64, u64)>,
+    /// The sum of the observations.
+    pub sum: f64,
+}
+
+impl HistogramFigures {
+    /// Observations.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|(_, n)| n).sum()
+    }
+}
+
 /// The embedded store's figures (`docs/DURABILITY.md`, "Monitoring").
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StoreFigures {
     /// Writing works.
     pub healthy: bool,
@@ -38,6 +57,10 @@ pub struct StoreFigures {
     pub fsync_max_micros: u64,
     /// Write errors.
     pub write_errors: u64,
+    /// fsync latency, in seconds.
+    pub fsync_latency: HistogramFigures,
+    /// Latency of committing a write batch, in seconds.
+    pub commit_latency: HistogramFigures,
 }
 
 /// The connections open on one listener.
@@ -139,6 +162,14 @@ impl Out<'_, '_> {
             self.encoder
                 .encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
         metric.encode(encoder)
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, figures: &HistogramFigures) -> fmt::Result {
+        let unit = Unit::Seconds;
+        let mut encoder =
+            self.encoder
+                .encode_descriptor(name, help, Some(&unit), MetricType::Histogram)?;
+        encoder.encode_histogram::<NoLabelSet>(figures.sum, figures.count(), &figures.buckets, None)
     }
 
     fn family(
@@ -261,17 +292,35 @@ impl BrokerCollector {
             None,
             get(&stats.messages_received),
         )?;
-        out.counter(
+        let by_qos = |counts: &PublishCounts, read: fn(&PublishCounts, QoS) -> u64| {
+            QOS_LEVELS
+                .iter()
+                .map(|qos| (label("qos", &(*qos as u8).to_string()), read(counts, *qos)))
+                .collect::<Vec<_>>()
+        };
+        out.family(
             "hayate_publish_received",
-            "PUBLISH packets received from clients.",
-            None,
-            get(&stats.publish_received),
+            "PUBLISH packets received from clients, by QoS.",
+            MetricType::Counter,
+            &by_qos(&stats.publish_received, PublishCounts::packets),
         )?;
-        out.counter(
+        out.family(
             "hayate_publish_sent",
-            "PUBLISH packets sent to clients.",
-            None,
-            get(&stats.publish_sent),
+            "PUBLISH packets sent to clients, by the QoS they were sent with.",
+            MetricType::Counter,
+            &by_qos(&stats.publish_sent, PublishCounts::packets),
+        )?;
+        out.family(
+            "hayate_publish_received_payload_bytes",
+            "Payload bytes of the PUBLISH packets received from clients, by QoS.",
+            MetricType::Counter,
+            &by_qos(&stats.publish_received, PublishCounts::payload_bytes),
+        )?;
+        out.family(
+            "hayate_publish_sent_payload_bytes",
+            "Payload bytes of the PUBLISH packets sent to clients, by QoS.",
+            MetricType::Counter,
+            &by_qos(&stats.publish_sent, PublishCounts::payload_bytes),
         )?;
         out.counter(
             "hayate_network_received",
@@ -416,6 +465,16 @@ impl BrokerCollector {
             "The longest fsync of the store since start.",
             Some(Unit::Seconds),
             figures.fsync_max_micros as f64 / 1e6,
+        )?;
+        out.histogram(
+            "hayate_store_fsync_duration",
+            "Latency of the store's fsyncs (one observation per fsync).",
+            &figures.fsync_latency,
+        )?;
+        out.histogram(
+            "hayate_store_commit_duration",
+            "Latency of committing one write batch of the store to the operating system (one observation per batch).",
+            &figures.commit_latency,
         )?;
         out.counter(
             "hayate_store_write_errors",

@@ -329,15 +329,22 @@ fn subscriptions_matching_a_topic() {
 fn metrics_reflect_traffic() {
     let running = start();
     let mut sub = client(&running, "m-sub", None);
-    subscribe(&mut sub, "m/#", QoS::AtMostOnce);
+    subscribe(&mut sub, "m/#", QoS::AtLeastOnce);
     let mut publisher = client(&running, "m-pub", None);
     for _ in 0..3 {
         publisher.send_publish("m/1", b"payload");
     }
     publisher.send_publish("nobody/listens", b"x");
-    for _ in 0..3 {
-        sub.recv_publish(WAIT).expect("delivered");
+    let qos1 = hayate_testkit::publish_packet("m/2", b"at-least", QoS::AtLeastOnce, false, Some(1));
+    publisher.send(&Packet::Publish(qos1));
+    let mut delivered = Vec::new();
+    for _ in 0..4 {
+        delivered.push(sub.recv_publish(WAIT).expect("delivered").qos);
     }
+    assert_eq!(
+        delivered.iter().filter(|q| **q == QoS::AtLeastOnce).count(),
+        1
+    );
     let deadline = std::time::Instant::now() + WAIT;
     let text = loop {
         let (status, text) = running.api.get("/metrics");
@@ -353,8 +360,16 @@ fn metrics_reflect_traffic() {
         "hayate_clients_connected 2",
         "hayate_sessions{state=\"online\"} 2",
         "hayate_subscriptions 1",
-        "hayate_publish_received_total 4",
-        "hayate_publish_sent_total 3",
+        // By QoS: the QoS 0 messages went out at QoS 0, the QoS 1 one at QoS 1.
+        "hayate_publish_received_total{qos=\"0\"} 4",
+        "hayate_publish_received_total{qos=\"1\"} 1",
+        "hayate_publish_received_total{qos=\"2\"} 0",
+        "hayate_publish_sent_total{qos=\"0\"} 3",
+        "hayate_publish_sent_total{qos=\"1\"} 1",
+        "hayate_publish_received_payload_bytes_total{qos=\"0\"} 22",
+        "hayate_publish_received_payload_bytes_total{qos=\"1\"} 8",
+        "hayate_publish_sent_payload_bytes_total{qos=\"0\"} 21",
+        "hayate_publish_sent_payload_bytes_total{qos=\"1\"} 8",
         "hayate_publish_no_subscribers_total 1",
         "# TYPE hayate_network_received_bytes_total counter",
         "# TYPE process_resident_memory_bytes gauge",

@@ -51,15 +51,26 @@ pub(crate) async fn sys_loop(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stats = &broker.stats;
-    let mut loads = [
-        (Load::new("messages/received"), &stats.messages_received),
-        (Load::new("messages/sent"), &stats.publish_sent),
-        (Load::new("publish/received"), &stats.publish_received),
-        (Load::new("publish/sent"), &stats.publish_sent),
-        (Load::new("publish/dropped"), &stats.publish_dropped),
-        (Load::new("bytes/received"), &stats.bytes_received),
-        (Load::new("bytes/sent"), &stats.bytes_sent),
-        (Load::new("connections"), &stats.connections_total),
+    type Read = fn(&Stats) -> u64;
+    let mut loads: [(Load, Read); 8] = [
+        (Load::new("messages/received"), |s| {
+            Stats::get(&s.messages_received)
+        }),
+        (Load::new("messages/sent"), |s| s.publish_sent.total()),
+        (Load::new("publish/received"), |s| {
+            s.publish_received.total()
+        }),
+        (Load::new("publish/sent"), |s| s.publish_sent.total()),
+        (Load::new("publish/dropped"), |s| {
+            Stats::get(&s.publish_dropped)
+        }),
+        (Load::new("bytes/received"), |s| {
+            Stats::get(&s.bytes_received)
+        }),
+        (Load::new("bytes/sent"), |s| Stats::get(&s.bytes_sent)),
+        (Load::new("connections"), |s| {
+            Stats::get(&s.connections_total)
+        }),
     ];
     loop {
         tokio::select! {
@@ -95,15 +106,13 @@ pub(crate) async fn sys_loop(
             "$SYS/broker/messages/received",
             counter(&stats.messages_received),
         );
-        publish("$SYS/broker/messages/sent", counter(&stats.publish_sent));
+        let sent = stats.publish_sent.total().to_string();
+        publish("$SYS/broker/messages/sent", sent.clone());
         publish(
             "$SYS/broker/publish/messages/received",
-            counter(&stats.publish_received),
+            stats.publish_received.total().to_string(),
         );
-        publish(
-            "$SYS/broker/publish/messages/sent",
-            counter(&stats.publish_sent),
-        );
+        publish("$SYS/broker/publish/messages/sent", sent);
         publish(
             "$SYS/broker/publish/messages/dropped",
             counter(&stats.publish_dropped),
@@ -149,7 +158,7 @@ pub(crate) async fn sys_loop(
             broker.persist_totals();
         }
         for (load, source) in loads.iter_mut() {
-            load.update(Stats::get(source), interval);
+            load.update((*source)(stats), interval);
             for (average, window) in load.averages.iter().zip(["1min", "5min", "15min"]) {
                 publish(
                     &format!("$SYS/broker/load/{}/{}", load.name, window),
@@ -203,12 +212,17 @@ fn publish_store(
         stats.queued.to_string(),
     );
     publish("$SYS/broker/store/fsyncs", stats.syncs.to_string());
-    let mean = stats.sync_micros.checked_div(stats.syncs).unwrap_or(0);
-    publish("$SYS/broker/store/fsync latency/mean us", mean.to_string());
-    publish(
-        "$SYS/broker/store/fsync latency/max us",
-        stats.sync_max_micros.to_string(),
-    );
+    for (name, latency) in [
+        ("fsync", &stats.sync_latency),
+        ("commit", &stats.commit_latency),
+    ] {
+        let topic = |figure: &str| format!("$SYS/broker/store/{name} latency/{figure} us");
+        publish(&topic("mean"), latency.mean_micros().to_string());
+        publish(&topic("max"), latency.max_micros.to_string());
+        // The bucket bound under which 99% of them fell (0 before the first).
+        let p99 = latency.quantile_bound_micros(0.99).unwrap_or(0);
+        publish(&topic("p99"), p99.to_string());
+    }
     publish(
         "$SYS/broker/store/write errors",
         stats.write_errors.to_string(),

@@ -43,7 +43,20 @@ async fn the_store_reports_its_queue_and_fsyncs_in_sys() {
         let value = |topic: &str| seen.get(topic).map(String::as_str);
         if value("$SYS/broker/store/queued messages") == Some("5")
             && value("$SYS/broker/store/fsyncs").is_some_and(|n| n != "0")
+            && value("$SYS/broker/store/fsync latency/p99 us").is_some_and(|n| n != "0")
+            && value("$SYS/broker/store/commit latency/p99 us").is_some_and(|n| n != "0")
         {
+            // A bucket bound: never below the mean's bucket, never above the maximum's.
+            for name in ["fsync", "commit"] {
+                let figure = |f: &str| -> u64 {
+                    value(&format!("$SYS/broker/store/{name} latency/{f} us"))
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                };
+                assert!(figure("max") >= figure("mean"), "{name}: {seen:?}");
+                assert!(figure("p99") >= 10, "{name}: {seen:?}");
+            }
             assert_eq!(value("$SYS/broker/store/state"), Some("ok"));
             assert_eq!(value("$SYS/broker/store/refused"), Some("0"));
             let bytes: u64 = value("$SYS/broker/store/bytes").unwrap().parse().unwrap();
@@ -51,7 +64,7 @@ async fn the_store_reports_its_queue_and_fsyncs_in_sys() {
             return;
         }
     }
-    panic!("the store never reported 5 queued messages and an fsync: {seen:?}");
+    panic!("the store never reported 5 queued messages, an fsync and their latencies: {seen:?}");
 }
 
 /// The lifetime counters are stored at a clean stop and continue after a restart on the same
@@ -77,12 +90,12 @@ async fn lifetime_counters_continue_across_a_restart() {
     }
     drop(publisher);
     let stats = &broker.handle.broker.stats;
-    assert_eq!(hayate_core::Stats::get(&stats.publish_received), 7);
+    assert_eq!(stats.publish_received.total(), 7);
     broker.handle.shutdown().await;
 
     let broker = start(dir.path().to_path_buf()).await;
     let stats = &broker.handle.broker.stats;
-    assert_eq!(hayate_core::Stats::get(&stats.publish_received), 7);
+    assert_eq!(stats.publish_received.total(), 7);
     assert_eq!(hayate_core::Stats::get(&stats.connections_total), 1);
     assert_eq!(hayate_core::Stats::get(&stats.clients_connected), 0);
     broker.handle.shutdown().await;

@@ -163,12 +163,25 @@ struct RareState {
 pub struct TransmitReport {
     /// PUBLISH packets written.
     pub published: usize,
+    /// Of those, by the QoS they were written with (index 0, 1, 2).
+    pub published_by_qos: [usize; 3],
+    /// Their payload bytes, by QoS.
+    pub payload_bytes_by_qos: [u64; 3],
     /// Messages dropped because they expired while queued [MQTT-3.3.2-5].
     pub expired: usize,
     /// Messages dropped because they exceed the client's Maximum Packet Size [MQTT-3.1.2-25].
     pub too_large: usize,
     /// The byte budget ran out with more that could be sent now: call again after writing.
     pub more: bool,
+}
+
+impl TransmitReport {
+    /// Counts one PUBLISH written with `qos`, carrying `payload_bytes`.
+    fn count_published(&mut self, qos: QoS, payload_bytes: usize) {
+        self.published += 1;
+        self.published_by_qos[qos as usize] += 1;
+        self.payload_bytes_by_qos[qos as usize] += payload_bytes as u64;
+    }
 }
 
 /// One client's session state. See the crate docs.

@@ -54,10 +54,12 @@
 //! [`Recovered`]: hayate_core::store::Recovered
 
 mod engine;
+mod latency;
 mod record;
 mod store;
 mod writer;
 
+pub use latency::{Latency, LATENCY_BUCKETS_MICROS};
 pub use record::Unreadable;
 pub use store::{
     Faults, FjallStore, OnCorruption, StorageConfig, StorageError, StoreStats, SyncMode,

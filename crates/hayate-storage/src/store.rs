@@ -2,6 +2,7 @@
 //! directory.
 
 use crate::engine::{Engine, ReadError};
+use crate::latency::{Latency, LatencyHistogram};
 use crate::record::Unreadable;
 use crate::writer::{self, Writer};
 use hayate_core::store::{PageReply, Recovered, Store, StoreOp, Ticket};
@@ -133,6 +134,11 @@ pub struct StoreStats {
     pub sync_micros: u64,
     /// The longest fsync so far, in microseconds.
     pub sync_max_micros: u64,
+    /// fsync latency by bucket (`sync_micros` and `sync_max_micros` are its sum and maximum).
+    pub sync_latency: Latency,
+    /// Latency of committing a write batch (handing it to the operating system: what a
+    /// `batched` acknowledgement waits for), by bucket.
+    pub commit_latency: Latency,
     /// False while writes fail: nothing more is acknowledged and QoS 1/2 publishes are refused
     /// until the store can write again.
     pub healthy: bool,
@@ -150,8 +156,8 @@ pub(crate) struct Counters {
     pub(crate) batches: AtomicU64,
     pub(crate) syncs: AtomicU64,
     pub(crate) write_errors: AtomicU64,
-    sync_micros: AtomicU64,
-    sync_max_micros: AtomicU64,
+    sync: LatencyHistogram,
+    commit: LatencyHistogram,
     pub(crate) queued: AtomicU64,
     pub(crate) bodies: AtomicU64,
 }
@@ -169,10 +175,12 @@ impl Counters {
     }
 
     pub(crate) fn record_sync(&self, took: Duration) {
-        let micros = took.as_micros().min(u128::from(u64::MAX)) as u64;
         Counters::add(&self.syncs, 1);
-        Counters::add(&self.sync_micros, micros);
-        self.sync_max_micros.fetch_max(micros, Ordering::Relaxed);
+        self.sync.observe(took);
+    }
+
+    pub(crate) fn record_commit(&self, took: Duration) {
+        self.commit.observe(took);
     }
 }
 
@@ -510,13 +518,16 @@ impl FjallStore {
     /// What the store thread has done so far.
     pub fn stats(&self) -> StoreStats {
         let c = &self.shared.counters;
+        let sync_latency = c.sync.read();
         StoreStats {
             ops_committed: c.ops_committed.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             syncs: c.syncs.load(Ordering::Relaxed),
             write_errors: c.write_errors.load(Ordering::Relaxed),
-            sync_micros: c.sync_micros.load(Ordering::Relaxed),
-            sync_max_micros: c.sync_max_micros.load(Ordering::Relaxed),
+            sync_micros: sync_latency.sum_micros,
+            sync_max_micros: sync_latency.max_micros,
+            sync_latency,
+            commit_latency: c.commit.read(),
             healthy: !self.shared.is_failing(),
             queued: c.queued.load(Ordering::Relaxed),
             bodies: c.bodies.load(Ordering::Relaxed),

@@ -157,7 +157,9 @@ impl Writer {
                     min_free: self.space.min_free(),
                 });
             }
+            let started = Instant::now();
             engine.commit(pending).map_err(WriteError::Engine)?;
+            counters.record_commit(started.elapsed());
             counters.committed(applied, engine.queued(), engine.bodies());
             self.unsynced_since.get_or_insert_with(Instant::now);
         }

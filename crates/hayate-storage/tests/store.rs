@@ -378,6 +378,10 @@ fn close_and_drop() {
     let stats = store.stats();
     assert_eq!((stats.ops_committed, stats.batches), (1, 1));
     assert!(stats.syncs >= 1, "close fsyncs: {stats:?}");
+    // One commit and each fsync observed once in the latency histograms.
+    assert_eq!(stats.commit_latency.count(), 1, "{stats:?}");
+    assert_eq!(stats.sync_latency.count(), stats.syncs, "{stats:?}");
+    assert_eq!(stats.sync_latency.sum_micros, stats.sync_micros);
     store.close();
     store.append(retain("after", b"x"));
     assert_eq!(store.queued(), 0);

@@ -13,6 +13,7 @@ pub mod mosquitto;
 pub mod ops;
 pub mod pki;
 pub mod process;
+pub mod prometheus;
 pub mod proxy;
 pub mod store;
 

@@ -8,10 +8,10 @@
 use hayate_codec::{Packet, ProtocolVersion, QoS};
 use hayate_testkit::blocking::BlockingClient;
 use hayate_testkit::ops::{tool_or_skip, HayateProcess, HttpApi};
+use hayate_testkit::prometheus::{promtool_check_metrics, Prometheus, ScrapeJob};
 use serde_json::Value;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "ops-test-token";
@@ -36,108 +36,53 @@ fn traffic(process: &HayateProcess, n: usize) -> (BlockingClient, BlockingClient
     (sub, publisher)
 }
 
-/// Ends a child process when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn promtool_accepts_the_metrics() {
     let Some(promtool) = tool_or_skip("promtool") else {
         return;
     };
-    let process = hayate();
+    // With a data directory, so that the store's figures and histograms are checked too.
+    let data = tempfile::tempdir().unwrap();
+    let data_arg = data.path().display().to_string();
+    let process = HayateProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_hayate")),
+        TOKEN,
+        &["--data-dir", &data_arg],
+    );
     let _clients = traffic(&process, 5);
     let (status, text) = HttpApi::new(process.http, Some(TOKEN)).get("/metrics");
     assert_eq!(status, 200);
-    let mut check = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool runs");
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let output = check.wait_with_output().unwrap();
     assert!(
-        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+        text.contains("# TYPE hayate_store_fsync_duration_seconds histogram"),
+        "{text}"
     );
+    promtool_check_metrics(&promtool, &text);
 }
 
 /// Prometheus scrapes `hayate serve` (with the bearer token) and its query API returns
 /// Hayate's series with the values the clients caused.
 #[test]
 fn prometheus_scrapes_hayate() {
-    let Some(prometheus) = tool_or_skip("prometheus") else {
+    let Some(binary) = tool_or_skip("prometheus") else {
         return;
     };
     let process = hayate();
     let _clients = traffic(&process, 7);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-         scrape_configs:\n  - job_name: hayate\n    authorization:\n      credentials_file: {}\n\
-         \x20   static_configs:\n      - targets: ['{}']\n",
-        dir.path().join("token").display(),
-        process.http
+    let prometheus = Prometheus::start(
+        &binary,
+        &[ScrapeJob {
+            name: "hayate",
+            target: process.http,
+            token: Some(TOKEN),
+        }],
     );
-    std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
-    let web = format!("127.0.0.1:{}", hayate_testkit::free_port());
-    let _server = Reaped(
-        Command::new(prometheus)
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus starts"),
-    );
-    let api = HttpApi::new(web.parse().unwrap(), None);
-    let query = |q: &str| -> Option<f64> {
-        // Refused until Prometheus listens.
-        let (status, body) = api.try_get(&format!("/api/v1/query?query={q}"))?;
-        if status != 200 {
-            return None;
-        }
-        let body: Value = serde_json::from_str(&body).ok()?;
-        body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let up = query("up%7Bjob%3D%22hayate%22%7D");
-        let connected = query("hayate_clients_connected");
-        if up == Some(1.0) && connected == Some(2.0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus did not scrape Hayate: up={up:?} hayate_clients_connected={connected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    assert_eq!(query("hayate_publish_received_total"), Some(7.0));
-    assert_eq!(query("hayate_publish_sent_total"), Some(7.0));
+    prometheus.wait_until("hayate", |p| {
+        p.query("hayate_clients_connected") == Some(2.0)
+    });
+    let query = |q: &str| prometheus.query(q);
+    assert_eq!(query("sum(hayate_publish_received_total)"), Some(7.0));
+    assert_eq!(query("sum(hayate_publish_sent_total)"), Some(7.0));
+    assert_eq!(query("hayate_publish_received_total{qos=\"0\"}"), Some(7.0));
     assert_eq!(query("hayate_subscriptions"), Some(1.0));
     assert!(query("process_resident_memory_bytes").unwrap() > 1e6);
     assert_eq!(
@@ -145,47 +90,13 @@ fn prometheus_scrapes_hayate() {
         Some(0.0),
         "a labelled family aggregates"
     );
-    grafana_queries_answer(&api);
-}
-
-/// Every query of the Grafana dashboard (`packaging/grafana/hayate.json`) is valid PromQL for
-/// this Prometheus, and those not about the store or bridges (this broker has neither) return
-/// series.
-fn grafana_queries_answer(api: &HttpApi) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/grafana/hayate.json");
-    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let encode = |q: &str| -> String {
-        q.bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
-    let mut checked = 0;
-    for panel in dashboard["panels"].as_array().unwrap() {
-        for target in panel["targets"].as_array().unwrap() {
-            let expr = target["expr"].as_str().unwrap();
-            let q = expr
-                .replace("$__rate_interval", "1m")
-                .replace("$instance", ".*");
-            let optional = q.contains("_store_") || q.contains("_bridge_");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let (status, body) = api.get(&format!("/api/v1/query?query={}", encode(&q)));
-                assert_eq!(status, 200, "{q}: {body}");
-                let body: Value = serde_json::from_str(&body).unwrap();
-                assert_eq!(body["status"], "success", "{q}: {body}");
-                let empty = body["data"]["result"].as_array().is_none_or(Vec::is_empty);
-                if optional || !empty {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "no series for {q}");
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            checked += 1;
-        }
-    }
+    // Every query of the Grafana dashboard is valid PromQL for this Prometheus, and those not
+    // about the store or bridges (this broker has neither) return series.
+    let dashboard =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/grafana/hayate.json");
+    let checked = prometheus.check_dashboard(&dashboard, |q| {
+        q.contains("_store_") || q.contains("_bridge_")
+    });
     assert!(checked >= 20, "{checked} queries");
 }
 

@@ -49,9 +49,7 @@ impl PubConn {
                     Packet::PubAck(ack) => {
                         self.inflight = self.inflight.saturating_sub(1);
                         if ack.reason_code.is_error() {
-                            *out.errors
-                                .entry(format!("puback-0x{:02X}", ack.reason_code.0))
-                                .or_default() += 1;
+                            out.error(format!("puback-0x{:02X}", ack.reason_code.0));
                         } else {
                             out.acked += 1;
                         }
@@ -59,9 +57,7 @@ impl PubConn {
                     Packet::PubRec(rec) => {
                         if rec.reason_code.is_error() {
                             self.inflight = self.inflight.saturating_sub(1);
-                            *out.errors
-                                .entry(format!("pubrec-0x{:02X}", rec.reason_code.0))
-                                .or_default() += 1;
+                            out.error(format!("pubrec-0x{:02X}", rec.reason_code.0));
                         } else {
                             self.conn.push(&Packet::PubRel(PubResp::new(rec.packet_id)));
                         }

@@ -8,6 +8,7 @@ use super::{
 };
 use crate::client::{classify_io, Conn, TopicTemplate};
 use crate::clock::Clock;
+use crate::live::ReceiveTally;
 use crate::payload;
 use crate::stats::{CreditHook, Recorder};
 use hayate_codec::{Packet, PubResp, QoS};
@@ -63,6 +64,7 @@ pub(super) async fn run_subscribers(
         match r {
             Ok(_) => subscribed.push((id, conn)),
             Err(e) => {
+                ctrl.live.metrics.subscribe_failed();
                 connect_report.subscribe_failures += 1;
                 connect_report.subscribe_error.get_or_insert(e);
             }
@@ -142,6 +144,7 @@ async fn receive_loop(
     let ping_every = Duration::from_millis(u64::from(ctx.keep_alive) * 750);
     let mut next_ping = tokio::time::Instant::now() + ping_every;
     let mut batch: Vec<Arrival> = Vec::new();
+    let mut tally = ReceiveTally::default();
     let reason = loop {
         if *stop.borrow_and_update() {
             conn.disconnect().await;
@@ -173,8 +176,8 @@ async fn receive_loop(
             Ok(_) => {}
         }
         let now = ctx.clock.now_ns();
-        let closed = decode_all(&mut conn, sub_index, &ctx, &mut batch);
-        record(&ctx, &mut batch, now);
+        let closed = decode_all(&mut conn, sub_index, &ctx, &mut batch, &mut tally);
+        record(&ctx, &mut batch, now, &mut tally);
         if !conn.wbuf.is_empty() {
             if let Err(e) = conn.flush().await {
                 break classify_io(&e).reason();
@@ -196,10 +199,12 @@ fn decode_all(
     sub_index: u64,
     ctx: &RecvCtx,
     batch: &mut Vec<Arrival>,
+    tally: &mut ReceiveTally,
 ) -> Option<String> {
     loop {
         match conn.next_packet() {
             Ok(Some(Packet::Publish(p))) => {
+                tally.packet(p.qos as u8, p.payload.len());
                 if let Some(h) = payload::read(&p.payload) {
                     let key = match ctx.keys {
                         KeyMode::Stream => u64::from(h.stream),
@@ -208,8 +213,11 @@ fn decode_all(
                         }
                     };
                     batch.push((key, u64::from(h.seq), h.intended_ns, h.sent_ns));
-                } else if let Some(rec) = &ctx.recorder {
-                    rec.lock().foreign += 1;
+                } else {
+                    tally.foreign();
+                    if let Some(rec) = &ctx.recorder {
+                        rec.lock().foreign += 1;
+                    }
                 }
                 if let Some(id) = p.packet_id {
                     match p.qos {
@@ -230,12 +238,10 @@ fn decode_all(
     }
 }
 
-/// Records the payloads of `batch` (received at `now`) and empties it.
-fn record(ctx: &RecvCtx, batch: &mut Vec<Arrival>, now: u64) {
-    if batch.is_empty() {
-        return;
-    }
-    if let Some(rec) = &ctx.recorder {
+/// Records the payloads of `batch` (received at `now`) and empties it; adds the read's
+/// `tally` (with their latencies, duplicates and reordering) to the live figures.
+fn record(ctx: &RecvCtx, batch: &mut Vec<Arrival>, now: u64, tally: &mut ReceiveTally) {
+    if let (Some(rec), false) = (&ctx.recorder, batch.is_empty()) {
         let mut counted = 0;
         let mut rec = rec.lock();
         if !rec.warmup_set() {
@@ -246,14 +252,21 @@ fn record(ctx: &RecvCtx, batch: &mut Vec<Arrival>, now: u64) {
                 }
             }
         }
+        let (duplicates, reordered) = (rec.duplicates, rec.reordered);
         for &(key, seq, intended, sent) in batch.iter() {
             if rec.record(key, seq, intended, sent, now) {
                 counted += 1;
             }
+            tally.latency(now.saturating_sub(intended).max(1));
         }
+        tally.order(rec.duplicates - duplicates, rec.reordered - reordered);
         rec.flush_credit();
         drop(rec);
         ctx.live.received.fetch_add(counted, Ordering::Relaxed);
     }
     batch.clear();
+    if !tally.is_empty() {
+        ctx.live.metrics.received(tally);
+        *tally = ReceiveTally::default();
+    }
 }

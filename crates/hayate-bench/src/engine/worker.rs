@@ -22,6 +22,8 @@ pub(super) struct WorkerOut {
     pub(super) counted: u64,
     pub(super) acked: u64,
     pub(super) errors: BTreeMap<String, u64>,
+    /// Errors counted in `errors` and not yet in the live figures.
+    errors_unreported: u64,
     pub(super) drops: BTreeMap<String, u64>,
     pub(super) series: Vec<u64>,
     pub(super) first_ns: Option<u64>,
@@ -40,6 +42,7 @@ impl WorkerOut {
             counted: 0,
             acked: 0,
             errors: BTreeMap::new(),
+            errors_unreported: 0,
             drops: BTreeMap::new(),
             series: Vec::new(),
             first_ns: None,
@@ -59,6 +62,18 @@ impl WorkerOut {
             },
             conns: Vec::new(),
         }
+    }
+
+    /// Counts a negative acknowledgement.
+    pub(super) fn error(&mut self, what: String) {
+        *self.errors.entry(what).or_default() += 1;
+        self.errors_unreported += 1;
+    }
+
+    /// Adds the errors counted since the last call to the live figures.
+    fn report_errors(&mut self, live: &PartLive) {
+        live.metrics
+            .publish_errors(std::mem::take(&mut self.errors_unreported));
     }
 
     /// Counts a connection lost for `reason`.
@@ -307,6 +322,7 @@ pub(super) async fn publish_worker(ctx: WorkerCtx, mut conns: Vec<PubConn>) -> W
         }
     }
     complete_handshakes(&ctx, &mut conns, &mut out).await;
+    out.report_errors(&ctx.live);
     out.conns = conns;
     out
 }
@@ -514,6 +530,10 @@ fn account(
         ctx.live.sent.fetch_add(sent, Ordering::Relaxed);
     }
     ctx.live.counted.fetch_add(counted, Ordering::Relaxed);
+    ctx.live
+        .metrics
+        .sent(ctx.qos as u8, sent, sent * ctx.payload as u64);
+    out.report_errors(&ctx.live);
     let idx = (sent_ns / ctx.interval_ns) as usize;
     if out.series.len() <= idx {
         out.series.resize(idx + 1, 0);

@@ -7,9 +7,10 @@ use super::plan::{PartPlan, PerMessage, Plan, Setup};
 use super::{probe, Env};
 use crate::clock::secs_to_ns;
 use crate::engine::{
-    spawn_local, ConnectReport, PartEvent, PartLink, PartLive, PartReport, ProcSample,
+    spawn_local, ConnectReport, PartEvent, PartKind, PartLink, PartLive, PartReport, ProcSample,
 };
 use crate::error::{BenchError, Result};
+use crate::metrics::{parse_listen, MetricsEndpoint};
 use crate::multiproc::spawn_remote;
 use crate::procstat::{self, read_process, SampleLog};
 use crate::report;
@@ -101,7 +102,20 @@ pub(super) async fn execute(mut plan: Plan, s: &Setup, env: &Env) -> Result<Benc
         .chain(plan.receivers.iter())
         .filter(|p| p.remote)
         .count();
-    let mut parts = connect_parts(&mut plan, s, env).await?;
+    let endpoint = match &s.common.metrics_listen {
+        Some(addr) => Some(MetricsEndpoint::start(parse_listen(addr)?, plan.scenario).await?),
+        None => None,
+    };
+    let parts = connect_parts(&mut plan, s, env, endpoint.as_ref()).await;
+    let mut parts = match parts {
+        Ok(parts) => parts,
+        Err(error) => {
+            if let Some(endpoint) = endpoint {
+                endpoint.stop().await;
+            }
+            return Err(error);
+        }
+    };
     let progress = start_progress(&plan, s, env, &parts, &samplers);
     if plan.settle_ns > 0 {
         tokio::time::sleep(Duration::from_nanos(plan.settle_ns)).await;
@@ -120,7 +134,11 @@ pub(super) async fn execute(mut plan: Plan, s: &Setup, env: &Env) -> Result<Benc
     } else {
         hold(&plan, &started, &parts, broker_connected).await
     };
-    let finished = stop(s, &mut parts, progress, samplers).await?;
+    let finished = stop(s, &mut parts, progress, samplers).await;
+    if let Some(endpoint) = endpoint {
+        endpoint.stop().await;
+    }
+    let finished = finished?;
     let gathered = Gathered {
         started,
         recv_connect: parts.recv_connect,
@@ -176,13 +194,18 @@ async fn begin(s: &Setup) -> Result<(Started, Samplers)> {
 
 /// Starts and connects the receivers (checking the subscription the run needs), then the
 /// senders.
-async fn connect_parts(plan: &mut Plan, s: &Setup, env: &Env) -> Result<Connected> {
-    let mut receivers = start_parts(std::mem::take(&mut plan.receivers), env).await?;
+async fn connect_parts(
+    plan: &mut Plan,
+    s: &Setup,
+    env: &Env,
+    endpoint: Option<&MetricsEndpoint>,
+) -> Result<Connected> {
+    let mut receivers = start_parts(std::mem::take(&mut plan.receivers), env, endpoint).await?;
     let recv_connect = await_connected(&mut receivers).await?;
     if let Some(filter) = &plan.subscriber_required {
         check_subscribed(filter, &recv_connect, &receivers)?;
     }
-    let mut senders = start_parts(std::mem::take(&mut plan.senders), env).await?;
+    let mut senders = start_parts(std::mem::take(&mut plan.senders), env, endpoint).await?;
     let send_connect = await_connected(&mut senders).await?;
     Ok(Connected {
         receivers,
@@ -430,14 +453,27 @@ async fn stop(
     })
 }
 
-async fn start_parts(plans: Vec<PartPlan>, env: &Env) -> Result<Vec<PartLink>> {
+async fn start_parts(
+    plans: Vec<PartPlan>,
+    env: &Env,
+    endpoint: Option<&MetricsEndpoint>,
+) -> Result<Vec<PartLink>> {
     let mut links = Vec::new();
     for p in plans {
-        if p.remote {
-            links.push(spawn_remote(p.spec, p.credit, &env.worker_command).await?);
+        let role = match p.spec.kind {
+            PartKind::Publish(_) => "publisher",
+            PartKind::Subscribe(_) => "subscriber",
+            PartKind::Idle => "idle",
+        };
+        let link = if p.remote {
+            spawn_remote(p.spec, p.credit, &env.worker_command).await?
         } else {
-            links.push(spawn_local(p.spec, p.credit, p.hook));
+            spawn_local(p.spec, p.credit, p.hook)
+        };
+        if let Some(endpoint) = endpoint {
+            endpoint.add(role, link.live.clone());
         }
+        links.push(link);
     }
     Ok(links)
 }

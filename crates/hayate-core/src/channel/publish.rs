@@ -20,7 +20,10 @@ impl Channel {
         out: &mut OutBuf,
         wake: &mut WakeList,
     ) -> Result<(), Close> {
-        Stats::add(&self.broker.stats.publish_received, 1);
+        self.broker
+            .stats
+            .publish_received
+            .count(publish.qos, publish.payload.len());
         let broker = self.broker.clone();
         let config = &broker.config;
         if publish.qos > config.maximum_qos() {

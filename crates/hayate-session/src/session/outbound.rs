@@ -49,7 +49,9 @@ impl Session {
                 (_, Some(delivery)) => {
                     let delivery = delivery.clone();
                     match self.write_publish(&conn, &delivery, Some(id), true, now, out) {
-                        Ok(()) => report.published += 1,
+                        Ok(()) => {
+                            report.count_published(delivery.qos, delivery.message.payload.len())
+                        }
                         Err(reason) => {
                             // Too large for the client's new Maximum Packet Size: give up on
                             // it, and count it.
@@ -88,7 +90,7 @@ impl Session {
             if delivery.qos == QoS::AtMostOnce {
                 self.free(weight);
                 match self.write_publish(&conn, &delivery, None, false, now, out) {
-                    Ok(()) => report.published += 1,
+                    Ok(()) => report.count_published(delivery.qos, delivery.message.payload.len()),
                     Err(Unsendable::Expired) => report.expired += 1,
                     Err(Unsendable::TooLarge) => report.too_large += 1,
                 }
@@ -100,7 +102,7 @@ impl Session {
                 let dup = delivery.maybe_sent;
                 match self.write_publish(&conn, &delivery, Some(id), dup, now, out) {
                     Ok(()) => {
-                        report.published += 1;
+                        report.count_published(delivery.qos, delivery.message.payload.len());
                         let state = if delivery.qos == QoS::AtLeastOnce {
                             OutflightState::AwaitPubAck
                         } else {
