@@ -8,15 +8,48 @@ use crate::router::{RouteOutcome, Router, WakeList};
 use crate::stats::Stats;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 use hayate_codec::Properties;
-use hayate_session::{MemoryBudget, Message, MessageProperties, SessionLimits};
+use hayate_session::{MemoryBudget, Message, MessageProperties, SessionLimits, SharedLimits};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The configuration in force and its version. The version sits on a cache line of its own:
+/// every connection reads it once per packet, and nothing near it may be written often.
+#[derive(Debug)]
+struct LiveConfig {
+    version: CacheLine,
+    current: parking_lot::Mutex<Arc<BrokerConfig>>,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct CacheLine(AtomicU32);
+
+impl LiveConfig {
+    fn new(config: BrokerConfig) -> LiveConfig {
+        LiveConfig {
+            version: CacheLine::default(),
+            current: parking_lot::Mutex::new(Arc::new(config)),
+        }
+    }
+}
+
+fn session_limits(config: &BrokerConfig, budget: Option<Arc<MemoryBudget>>) -> SessionLimits {
+    SessionLimits {
+        max_queued_messages: config.max_queued_messages,
+        max_queued_bytes: config.max_queued_bytes,
+        max_inflight: config.max_inflight_messages,
+        queue_qos0_offline: config.queue_qos0_offline,
+        budget,
+    }
+}
 
 /// The broker's shared state. Cheap to share: connections hold an `Arc<Broker>`.
 #[derive(Debug)]
 pub struct Broker {
-    /// Settings and limits.
-    pub config: BrokerConfig,
+    /// Settings and limits, replaced as a whole by a configuration reload
+    /// ([`Broker::reconfigure`]).
+    config: LiveConfig,
     /// Subscriptions, shared groups and retained messages.
     pub router: Router,
     /// Client id → session.
@@ -25,7 +58,9 @@ pub struct Broker {
     pub stats: Stats,
     /// The broker-wide account of queued message bytes (`max_queued_bytes_total`).
     pub memory: Arc<MemoryBudget>,
-    session_limits: Arc<SessionLimits>,
+    session_limits: Arc<SharedLimits>,
+    /// `retain_available` as the broker started (it needs a restart to change).
+    retain_available: bool,
     /// Authentication and authorisation.
     pub hooks: Arc<dyn AuthHook>,
     timers: Timers,
@@ -42,14 +77,9 @@ impl Broker {
         Arc::new(Broker {
             router: Router::new(&config),
             memory: memory.clone(),
-            session_limits: Arc::new(SessionLimits {
-                max_queued_messages: config.max_queued_messages,
-                max_queued_bytes: config.max_queued_bytes,
-                max_inflight: config.max_inflight_messages,
-                queue_qos0_offline: config.queue_qos0_offline,
-                budget: Some(memory),
-            }),
-            config,
+            session_limits: Arc::new(SharedLimits::new(session_limits(&config, Some(memory)))),
+            retain_available: config.retain_available,
+            config: LiveConfig::new(config),
             registry: Registry::default(),
             stats: Stats::default(),
             hooks,
@@ -59,9 +89,49 @@ impl Broker {
         })
     }
 
-    /// Session limits from the configuration, shared by every session.
-    pub fn session_limits(&self) -> Arc<SessionLimits> {
+    /// Session limits from the configuration, shared by every session (and changed for all
+    /// of them by [`Broker::reconfigure`]).
+    pub fn session_limits(&self) -> Arc<SharedLimits> {
         self.session_limits.clone()
+    }
+
+    /// The settings in force now. Takes a short lock: a connection keeps its own copy and
+    /// looks at [`Broker::config_version`] to know when to take a new one.
+    pub fn config(&self) -> Arc<BrokerConfig> {
+        self.config.current.lock().clone()
+    }
+
+    /// Changes with every [`Broker::reconfigure`] (one relaxed load, on a cache line of its
+    /// own).
+    pub fn config_version(&self) -> u32 {
+        self.config.version.0.load(Ordering::Acquire)
+    }
+
+    /// Applies a new configuration while the broker runs (a reload). What each setting
+    /// applies to is in `docs/OPERATIONS.md`: the session limits and the memory budget hold
+    /// for every session from its next message on, the shared-group strategy and the
+    /// arrival-order window for the next message routed, the per-packet limits for every
+    /// connection's next packet; what a CONNACK announced (receive maximum, maximum packet
+    /// size, topic alias maximum, maximum QoS, keep alive) stays as announced for the
+    /// connections that have it. The settings in [`BrokerConfig::RESTART_KEYS`] keep their
+    /// running values; the names of those that differ are returned.
+    pub fn reconfigure(
+        &self,
+        mut new: BrokerConfig,
+    ) -> Result<Vec<&'static str>, crate::config::ConfigError> {
+        new.validate()?;
+        let mut kept = Vec::new();
+        if new.retain_available != self.retain_available {
+            new.retain_available = self.retain_available;
+            kept.push("retain_available");
+        }
+        self.session_limits
+            .set(&session_limits(&new, self.session_limits.budget().cloned()));
+        self.memory.set_limit(new.max_queued_bytes_total);
+        self.router.reconfigure(&new);
+        *self.config.current.lock() = Arc::new(new);
+        self.config.version.0.fetch_add(1, Ordering::AcqRel);
+        Ok(kept)
     }
 
     /// Accepts an application message: stores it as retained if flagged, then routes it to
@@ -73,7 +143,7 @@ impl Broker {
         wake: &mut WakeList,
     ) -> RouteOutcome {
         let mut ticket = None;
-        if message.retain && self.config.retain_available {
+        if message.retain && self.retain_available {
             let (stored, appended) = self.router.retain(&message, self.attached());
             ticket = appended;
             self.stats

@@ -72,7 +72,7 @@ impl Channel {
             }
         };
         let broker = self.broker.clone();
-        let config = &broker.config;
+        let config = self.config.clone();
         let shared = match hayate_topic::parse_shared(filter) {
             Ok(shared) => shared,
             Err(_) => return Ok(failure(ReasonCode::TOPIC_FILTER_INVALID)),
@@ -113,7 +113,7 @@ impl Channel {
             return Ok(failure(ReasonCode::QUOTA_EXCEEDED));
         }
         // §3.8.4: grant at most the server's maximum QoS; the SUBACK shows it [MQTT-3.8.4-7].
-        options.qos = options.qos.min(config.maximum_qos());
+        options.qos = options.qos.min(self.max_qos);
         if self.version != ProtocolVersion::V5 {
             // A v3 bridge (Mosquitto's bridge bit) is not sent its own messages back, which
             // would loop between two bridged brokers, and gets retain flags as published, as
