@@ -85,7 +85,8 @@ impl RecentPublishes {
     /// recorded; a zero window drops the record at once).
     pub(crate) fn set(&self, window: Duration, max_bytes: usize) {
         self.window_nanos.store(nanos(window), Ordering::Relaxed);
-        self.shard_bytes.store(max_bytes / SHARDS, Ordering::Relaxed);
+        self.shard_bytes
+            .store(max_bytes / SHARDS, Ordering::Relaxed);
         if window.is_zero() {
             for shard in &self.shards {
                 *shard.lock() = Shard::default();

@@ -214,7 +214,10 @@ mod tests {
         );
         std::fs::write(&path, "admin:not-a-hash\n").unwrap();
         let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("password_file") && error.contains("line 1"), "{error}");
+        assert!(
+            error.contains("password_file") && error.contains("line 1"),
+            "{error}"
+        );
         let hash = hayate_auth::PasswordHash::new_pbkdf2_sha512(b"pw");
         std::fs::write(&path, format!("admin:{hash}\n")).unwrap();
         match config.access().unwrap() {

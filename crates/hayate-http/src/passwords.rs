@@ -65,7 +65,8 @@ mod tests {
     fn a_changed_file_is_read_again_and_a_broken_one_keeps_the_users() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("passwd");
-        let line = |user: &str, pw: &[u8]| format!("{user}:{}\n", PasswordHash::new_pbkdf2_sha512(pw));
+        let line =
+            |user: &str, pw: &[u8]| format!("{user}:{}\n", PasswordHash::new_pbkdf2_sha512(pw));
         std::fs::write(&path, line("a", b"1")).unwrap();
         let passwords = Passwords::load(&path).unwrap();
         assert!(passwords.verify("a", b"1"));

@@ -7,12 +7,12 @@ pub use set::ServerReload;
 
 use crate::config::{Config, ListenerConfig, TransportKind};
 use crate::connection::{spawn_connection, Connection, ConnectionSettings, ShutdownSignal};
-use parking_lot::RwLock;
-use set::{wanted_listeners, ListenerSet, Shared};
 use crate::transport::psk::{PskAcceptorHandle, PskSettings};
 use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
 use crate::transport::{ws, BoxedStream, Polled};
 use hayate_core::{Broker, ConnectionInfo, ConnectionLimits, ListenerInfo, ListenerRole, WakeList};
+use parking_lot::RwLock;
+use set::{wanted_listeners, ListenerSet, Shared};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -197,7 +197,10 @@ impl ServerHandle {
                 };
             }
         };
-        let mut report = self.listeners.reload(wanted_listeners(config), config).await;
+        let mut report = self
+            .listeners
+            .reload(wanted_listeners(config), config)
+            .await;
         report.kept_broker_keys = kept_broker_keys;
         tracing::info!(
             added = ?report.added,

@@ -11,14 +11,14 @@
 //! in `hayate-core`.
 
 mod budget;
-mod message;
 mod limits;
+mod message;
 mod outbuf;
 mod session;
 
 pub use budget::{MemoryBudget, DELIVERY_OVERHEAD_BYTES};
-pub use message::{publisher_key, Arrival, Delivery, Message, MessageProperties, PeerScope};
 pub use limits::SharedLimits;
+pub use message::{publisher_key, Arrival, Delivery, Message, MessageProperties, PeerScope};
 pub use outbuf::OutBuf;
 pub use session::{
     ConnectionParams, EnqueueOutcome, InboundPublish, JournalEvent, OutflightState, Session,

@@ -38,7 +38,8 @@ impl SharedLimits {
         let relaxed = Ordering::Relaxed;
         self.max_queued_messages
             .store(limits.max_queued_messages, relaxed);
-        self.max_queued_bytes.store(limits.max_queued_bytes, relaxed);
+        self.max_queued_bytes
+            .store(limits.max_queued_bytes, relaxed);
         self.max_inflight.store(limits.max_inflight, relaxed);
         self.queue_qos0_offline
             .store(limits.queue_qos0_offline, relaxed);

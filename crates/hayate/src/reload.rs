@@ -87,10 +87,14 @@ fn walk(old: &toml::Table, new: &toml::Table, prefix: &str, changed: &mut Vec<St
         } else {
             format!("{prefix}.{key}")
         };
+        // A table present on one side only is compared key by key with an empty one.
+        let empty = toml::Table::new();
         match (old.get(key), new.get(key)) {
             (Some(toml::Value::Table(a)), Some(toml::Value::Table(b))) => {
                 walk(a, b, &path, changed)
             }
+            (Some(toml::Value::Table(a)), None) => walk(a, &empty, &path, changed),
+            (None, Some(toml::Value::Table(b))) => walk(&empty, b, &path, changed),
             (a, b) if a != b => changed.push(path),
             _ => {}
         }
@@ -119,6 +123,9 @@ mod tests {
             ]
         );
         assert!(changed_keys(&old, &old).is_empty());
+        let added: toml::Table = "[storage]\ndir = \"x\"\n".parse().unwrap();
+        assert_eq!(changed_keys(&toml::Table::new(), &added), ["storage.dir"]);
+        assert_eq!(changed_keys(&added, &toml::Table::new()), ["storage.dir"]);
     }
 
     #[test]

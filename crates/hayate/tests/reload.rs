@@ -118,7 +118,8 @@ impl RawClient {
         use std::io::Read;
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(packet) = hayate_codec::decode(&mut self.buf, self.version, u32::MAX).unwrap()
+            if let Some(packet) =
+                hayate_codec::decode(&mut self.buf, self.version, u32::MAX).unwrap()
             {
                 return Some(packet);
             }
@@ -193,7 +194,9 @@ fn sighup_lowers_limits_for_new_connections_while_existing_ones_keep_working() {
     }
     // The connection made before keeps the size it was told, and keeps working.
     before.send_publish("big/before", &payload(5000));
-    let got = sub.recv_publish(WAIT).expect("the large message from before arrives");
+    let got = sub
+        .recv_publish(WAIT)
+        .expect("the large message from before arrives");
     assert_eq!((&*got.topic, got.payload.len()), ("big/before", 5000));
 
     // The subscription quota holds for existing connections from their next SUBSCRIBE.
@@ -205,7 +208,10 @@ fn sighup_lowers_limits_for_new_connections_while_existing_ones_keep_working() {
 
     // Lowered to the connections open now (sub and before): the next one is refused, the
     // open ones go on.
-    broker.reload("[server]\nmax_connections = 2\n[broker]\nmax_packet_size = 1000\n", 2);
+    broker.reload(
+        "[server]\nmax_connections = 2\n[broker]\nmax_packet_size = 1000\n",
+        2,
+    );
     assert_eq!(refused(mqtt, "limits-refused"), ReasonCode::QUOTA_EXCEEDED);
     before.send_publish("big/still", b"ok");
     let got = sub.recv_publish(WAIT).expect("still delivered");
@@ -237,7 +243,9 @@ fn publish_stream(
 
 fn listeners(list: &[(&str, u16)]) -> String {
     list.iter()
-        .map(|(name, port)| format!("[[listener]]\nname = \"{name}\"\nbind = \"127.0.0.1:{port}\"\n"))
+        .map(|(name, port)| {
+            format!("[[listener]]\nname = \"{name}\"\nbind = \"127.0.0.1:{port}\"\n")
+        })
         .collect()
 }
 
@@ -252,10 +260,7 @@ fn addr(port: u16) -> SocketAddr {
 #[test]
 fn sighup_adds_and_removes_listeners() {
     let (one, two, three) = (free_port(), free_port(), free_port());
-    let broker = Broker::start(
-        "hayate.toml",
-        &listeners(&[("one", one), ("two", two)]),
-    );
+    let broker = Broker::start("hayate.toml", &listeners(&[("one", one), ("two", two)]));
     let (mut sub, _) = v5_connect(broker.process.mqtt, "listeners-sub");
     sub.send_subscribe("stream/#", QoS::AtLeastOnce, 1);
     assert!(matches!(sub.recv(WAIT), Some(Packet::SubAck(_))));
@@ -308,14 +313,18 @@ fn sighup_adds_and_removes_listeners() {
     let mut expected = 1u16;
     let mut three_seen = false;
     while expected <= N || !three_seen {
-        let got = sub
-            .recv_publish(WAIT)
-            .unwrap_or_else(|| panic!("lost message: waiting for {expected} (three: {three_seen})"));
+        let got = sub.recv_publish(WAIT).unwrap_or_else(|| {
+            panic!("lost message: waiting for {expected} (three: {three_seen})")
+        });
         if &*got.topic == "stream/three" {
             three_seen = true;
             continue;
         }
-        assert_eq!(got.payload.as_ref(), expected.to_be_bytes(), "in order, no loss");
+        assert_eq!(
+            got.payload.as_ref(),
+            expected.to_be_bytes(),
+            "in order, no loss"
+        );
         if let Some(id) = got.packet_id {
             sub.send(&Packet::PubAck(PubResp::new(id)));
         }
@@ -389,7 +398,14 @@ fn http_basic_authentication_with_the_password_file() {
     let dir = tempfile::tempdir().unwrap();
     let passwd = dir.path().join("passwd");
     let made = Command::new(binary())
-        .args(["passwd", "-c", "-b", passwd.to_str().unwrap(), "admin", "s3cret"])
+        .args([
+            "passwd",
+            "-c",
+            "-b",
+            passwd.to_str().unwrap(),
+            "admin",
+            "s3cret",
+        ])
         .status()
         .unwrap();
     assert!(made.success());

@@ -32,13 +32,17 @@ pub(crate) struct Shared {
     pub(crate) active: Arc<LiveConnections>,
 }
 
+/// What stops an accept loop: it is sent the sender of its answer, which it sends once its
+/// socket is closed.
+type Stop = oneshot::Sender<oneshot::Sender<()>>;
+
 /// One running listener.
 struct Running {
     config: ListenerConfig,
     runtime: Arc<ListenerRuntime>,
     local: SocketAddr,
     /// Stops its accept loop; the loop answers once its socket is closed.
-    stop: oneshot::Sender<oneshot::Sender<()>>,
+    stop: Stop,
 }
 
 /// The running listeners.
@@ -174,15 +178,15 @@ impl ListenerSet {
         mut wanted: Vec<ListenerConfig>,
         config: &Config,
         report: &mut ServerReload,
-    ) -> (
-        Vec<(String, oneshot::Sender<oneshot::Sender<()>>)>,
-        Vec<ListenerConfig>,
-    ) {
+    ) -> (Vec<(String, Stop)>, Vec<ListenerConfig>) {
         let mut running = self.running.lock();
         let mut stopping = Vec::new();
         let mut kept = Vec::new();
         for mut listener in running.drain(..) {
-            match wanted.iter().position(|w| w.same_endpoint(&listener.config)) {
+            match wanted
+                .iter()
+                .position(|w| w.same_endpoint(&listener.config))
+            {
                 Some(index) => {
                     let new = wanted.remove(index);
                     if new != listener.config {
