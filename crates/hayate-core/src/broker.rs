@@ -9,26 +9,78 @@ use crate::stats::Stats;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 use hayate_codec::Properties;
 use hayate_session::{MemoryBudget, Message, MessageProperties, SessionLimits, SharedLimits};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The configuration in force and its version. The version sits on a cache line of its own:
-/// every connection reads it once per packet, and nothing near it may be written often.
+/// The configuration in force: whole, for what is read at CONNECT (a short lock), and the
+/// few settings read on every packet as atomics on cache lines of their own (relaxed loads
+/// of lines written only by a reload).
 #[derive(Debug)]
 struct LiveConfig {
-    version: CacheLine,
     current: parking_lot::Mutex<Arc<BrokerConfig>>,
+    limits: LiveLimits,
 }
 
-#[derive(Debug, Default)]
+/// The per-packet settings a reload changes for every connection.
+#[derive(Debug)]
 #[repr(align(128))]
-struct CacheLine(AtomicU32);
+pub struct LiveLimits {
+    max_topic_levels: AtomicUsize,
+    max_subscriptions_per_client: AtomicUsize,
+    backpressure_stall_timeout_ms: AtomicU64,
+    max_session_expiry_interval: AtomicU32,
+}
+
+impl LiveLimits {
+    fn new(config: &BrokerConfig) -> LiveLimits {
+        let limits = LiveLimits {
+            max_topic_levels: AtomicUsize::new(0),
+            max_subscriptions_per_client: AtomicUsize::new(0),
+            backpressure_stall_timeout_ms: AtomicU64::new(0),
+            max_session_expiry_interval: AtomicU32::new(0),
+        };
+        limits.set(config);
+        limits
+    }
+
+    fn set(&self, config: &BrokerConfig) {
+        let relaxed = Ordering::Relaxed;
+        self.max_topic_levels
+            .store(config.max_topic_levels, relaxed);
+        self.max_subscriptions_per_client
+            .store(config.max_subscriptions_per_client, relaxed);
+        self.backpressure_stall_timeout_ms
+            .store(config.backpressure_stall_timeout_ms, relaxed);
+        self.max_session_expiry_interval
+            .store(config.max_session_expiry_interval, relaxed);
+    }
+
+    /// `max_topic_levels` now.
+    pub fn max_topic_levels(&self) -> usize {
+        self.max_topic_levels.load(Ordering::Relaxed)
+    }
+
+    /// `max_subscriptions_per_client` now.
+    pub fn max_subscriptions_per_client(&self) -> usize {
+        self.max_subscriptions_per_client.load(Ordering::Relaxed)
+    }
+
+    /// `backpressure_stall_timeout_ms` now.
+    pub fn backpressure_stall_timeout_ms(&self) -> u64 {
+        self.backpressure_stall_timeout_ms.load(Ordering::Relaxed)
+    }
+
+    /// `max_session_expiry_interval` now.
+    pub fn max_session_expiry_interval(&self) -> u32 {
+        self.max_session_expiry_interval.load(Ordering::Relaxed)
+    }
+}
 
 impl LiveConfig {
     fn new(config: BrokerConfig) -> LiveConfig {
         LiveConfig {
-            version: CacheLine::default(),
+            limits: LiveLimits::new(&config),
             current: parking_lot::Mutex::new(Arc::new(config)),
         }
     }
@@ -95,16 +147,19 @@ impl Broker {
         self.session_limits.clone()
     }
 
-    /// The settings in force now. Takes a short lock: a connection keeps its own copy and
-    /// looks at [`Broker::config_version`] to know when to take a new one.
+    /// The settings in force now (a short lock; read at CONNECT, not per packet).
     pub fn config(&self) -> Arc<BrokerConfig> {
         self.config.current.lock().clone()
     }
 
-    /// Changes with every [`Broker::reconfigure`] (one relaxed load, on a cache line of its
-    /// own).
-    pub fn config_version(&self) -> u32 {
-        self.config.version.0.load(Ordering::Acquire)
+    /// The settings checked on every packet, as a reload leaves them.
+    pub fn limits(&self) -> &LiveLimits {
+        &self.config.limits
+    }
+
+    /// Whether retained messages are supported (fixed for the broker's life).
+    pub fn retain_available(&self) -> bool {
+        self.retain_available
     }
 
     /// Applies a new configuration while the broker runs (a reload). What each setting
@@ -129,8 +184,8 @@ impl Broker {
             .set(&session_limits(&new, self.session_limits.budget().cloned()));
         self.memory.set_limit(new.max_queued_bytes_total);
         self.router.reconfigure(&new);
+        self.config.limits.set(&new);
         *self.config.current.lock() = Arc::new(new);
-        self.config.version.0.fetch_add(1, Ordering::AcqRel);
         Ok(kept)
     }
 

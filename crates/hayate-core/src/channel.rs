@@ -15,7 +15,6 @@ mod subscribe;
 
 use crate::broker::Broker;
 use crate::close::{Close, CloseReason};
-use crate::config::BrokerConfig;
 use crate::flow::{InboundLimit, Waiting};
 use crate::hooks::{ClientInfo, ListenerInfo};
 use crate::registry::{Handover, SessionCell, SessionState};
@@ -65,10 +64,6 @@ enum Phase {
 #[derive(Debug)]
 pub struct Channel {
     broker: Arc<Broker>,
-    /// The broker's settings as of this connection's last packet (a reload replaces them;
-    /// [`Channel::refresh_config`]), and their version.
-    config: Arc<BrokerConfig>,
-    config_version: u32,
     /// The largest packet accepted from this client, fixed when the connection opened (v5
     /// clients are told it in CONNACK): a reload changes it for new connections only.
     max_packet_size: u32,
@@ -129,13 +124,10 @@ impl Channel {
     pub fn new(broker: Arc<Broker>, info: ConnectionInfo, now: Instant) -> Channel {
         Stats::add(&broker.stats.connections_total, 1);
         let limits = info.listener.limits;
-        let config_version = broker.config_version();
         let config = broker.config();
         Channel {
-            config_version,
             max_packet_size: config.max_packet_size,
             max_qos: config.maximum_qos(),
-            config,
             limit: InboundLimit::new(
                 limits.max_inbound_bytes_per_sec,
                 limits.max_inbound_messages_per_sec,
@@ -208,16 +200,6 @@ impl Channel {
         self.max_packet_size
     }
 
-    /// Takes the broker's settings again if a reload changed them (one load of an atomic
-    /// that changes only on reload).
-    fn refresh_config(&mut self) {
-        let version = self.broker.config_version();
-        if version != self.config_version {
-            self.config = self.broker.config();
-            self.config_version = version;
-        }
-    }
-
     /// Handles one decoded packet from the client.
     pub fn handle_packet(
         &mut self,
@@ -226,7 +208,6 @@ impl Channel {
         out: &mut OutBuf,
         wake: &mut WakeList,
     ) -> Result<(), Close> {
-        self.refresh_config();
         Stats::add(&self.broker.stats.messages_received, 1);
         match self.phase {
             Phase::AwaitConnect => match packet {
@@ -326,7 +307,7 @@ impl Channel {
                         out,
                     ));
                 }
-                let capped = expiry.min(self.config.max_session_expiry_interval);
+                let capped = expiry.min(self.broker.limits().max_session_expiry_interval());
                 self.with_session(out, |state, _| state.expiry_interval = capped)?;
             }
         }

@@ -132,7 +132,8 @@ impl Router {
         );
     }
 
-    fn strategy(&self) -> SharedStrategy {
+    /// The shared-group strategy in force.
+    pub fn strategy(&self) -> SharedStrategy {
         match self.strategy.load(Ordering::Relaxed) {
             x if x == SharedStrategy::Random as u8 => SharedStrategy::Random,
             x if x == SharedStrategy::HashClientId as u8 => SharedStrategy::HashClientId,

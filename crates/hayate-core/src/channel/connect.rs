@@ -28,7 +28,7 @@ impl Channel {
         let version = connect.protocol;
         self.version = version;
         self.bridge = connect.bridge && !version.is_v5();
-        let config = self.config.clone();
+        let config = self.broker.config();
         let v5 = version.is_v5();
 
         if self.info.over_capacity {
@@ -225,7 +225,7 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         let version = connect.protocol;
-        let config = self.config.clone();
+        let config = self.broker.config();
         // What CONNACK announces holds for this connection until it ends, whatever a reload
         // changes meanwhile.
         self.max_qos = config.maximum_qos();

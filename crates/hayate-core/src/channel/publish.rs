@@ -22,15 +22,9 @@ impl Channel {
     ) -> Result<(), Close> {
         Stats::add(&self.broker.stats.publish_received, 1);
         let broker = self.broker.clone();
-        // Copied out: the settings may be replaced (a reload) while this packet is handled.
-        let (retain_available, max_topic_levels, strategy) = {
-            let config = &*self.config;
-            (
-                config.retain_available,
-                config.max_topic_levels,
-                config.shared_subscription_strategy,
-            )
-        };
+        let retain_available = broker.retain_available();
+        let max_topic_levels = broker.limits().max_topic_levels();
+        let strategy = broker.router.strategy();
         if publish.qos > self.max_qos {
             // [MQTT-3.2.2-11] a QoS above the announced Maximum QoS.
             return Err(self.close_with(
