@@ -307,32 +307,36 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 tracing::error!(%error, "log_file_reopen_failed");
             }
             tracing::info!("reload_requested");
+            // The log level first, so that what the reload logs is filtered by the new one.
+            let reloaded = config_path
+                .as_deref()
+                .map(|path| (path, reloaded_config(path, &args)));
+            if let Some((path, Ok(config))) = &reloaded {
+                reload_log_level(&args, &mut logging, config);
+                if let Some(started) = &started_with {
+                    match started.needing_restart(path) {
+                        Ok(keys) if keys.is_empty() => {}
+                        Ok(keys) => {
+                            tracing::warn!(keys = %keys.join(", "), "config_changed_needs_restart")
+                        }
+                        Err(error) => tracing::error!(%error, "config_reload_failed"),
+                    }
+                }
+            }
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
-            let Some(path) = &config_path else {
-                continue;
-            };
-            // A file that does not load (or asks for what cannot run) changes nothing.
-            let config = match reloaded_config(path, &args) {
-                Ok(config) => config,
-                Err(error) => {
+            // A file that does not load (or asks for what cannot run) changes nothing else.
+            let config = match reloaded {
+                None => continue,
+                Some((_, Ok(config))) => config,
+                Some((_, Err(error))) => {
                     tracing::error!(error = %format!("{error:#}"), "config_reload_failed_keeping_the_running_settings");
                     continue;
                 }
             };
-            reload_log_level(&args, &mut logging, &config);
             let report = server.reload(&config).await;
             server.reload_bridges(config.bridges).await;
-            if let Some(started) = &started_with {
-                match started.needing_restart(path) {
-                    Ok(keys) if keys.is_empty() => {}
-                    Ok(keys) => {
-                        tracing::warn!(keys = %keys.join(", "), "config_changed_needs_restart")
-                    }
-                    Err(error) => tracing::error!(%error, "config_reload_failed"),
-                }
-            }
             if !report.errors.is_empty() {
                 tracing::error!(errors = %report.errors.join("; "), "config_reload_incomplete");
             }
