@@ -197,6 +197,11 @@ impl ServerHandle {
                 };
             }
         };
+        // The cluster and its listener stay as started.
+        let config = &Config {
+            cluster: self.listeners.cluster.clone(),
+            ..config.clone()
+        };
         let mut report = self
             .listeners
             .reload(wanted_listeners(config), config)

@@ -53,6 +53,8 @@ pub(crate) struct ListenerSet {
     /// Accept loops, running or draining a removed listener's connections (awaited when the
     /// server stops).
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// `[cluster]` as started: a reload changes neither it nor the cluster listener.
+    pub(crate) cluster: Option<hayate_cluster::ClusterConfig>,
 }
 
 impl std::fmt::Debug for ListenerSet {
@@ -111,6 +113,7 @@ impl ListenerSet {
             shutdown,
             running: Mutex::new(Vec::new()),
             tasks: Mutex::new(Vec::new()),
+            cluster: config.cluster.clone(),
         }
     }
 
