@@ -13,6 +13,7 @@
 use hayate_session::{Arrival, Message};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,8 +43,9 @@ const MIN_CHARGE: usize = 16 * 1024;
 /// The recently routed messages. See the module docs.
 #[derive(Debug)]
 pub(crate) struct RecentPublishes {
-    window_nanos: u64,
-    shard_bytes: usize,
+    /// Both changeable while the broker runs (a configuration reload, [`Self::set`]).
+    window_nanos: AtomicU64,
+    shard_bytes: AtomicUsize,
     shards: [Mutex<Shard>; SHARDS],
 }
 
@@ -60,6 +62,10 @@ struct Record {
     message: Arc<Message>,
 }
 
+fn nanos(window: Duration) -> u64 {
+    u64::try_from(window.as_nanos()).unwrap_or(u64::MAX)
+}
+
 fn cost(message: &Message) -> usize {
     RECORD_OVERHEAD + (message.topic.len() + message.payload.len()).max(MIN_CHARGE)
 }
@@ -69,18 +75,37 @@ impl RecentPublishes {
     /// (topic, payload and a fixed overhead per message). A zero window records nothing.
     pub(crate) fn new(window: Duration, max_bytes: usize) -> RecentPublishes {
         RecentPublishes {
-            window_nanos: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
-            shard_bytes: max_bytes / SHARDS,
+            window_nanos: AtomicU64::new(nanos(window)),
+            shard_bytes: AtomicUsize::new(max_bytes / SHARDS),
             shards: Default::default(),
         }
+    }
+
+    /// New bounds from the next message on (records beyond them are trimmed as messages are
+    /// recorded; a zero window drops the record at once).
+    pub(crate) fn set(&self, window: Duration, max_bytes: usize) {
+        self.window_nanos.store(nanos(window), Ordering::Relaxed);
+        self.shard_bytes
+            .store(max_bytes / SHARDS, Ordering::Relaxed);
+        if window.is_zero() {
+            for shard in &self.shards {
+                *shard.lock() = Shard::default();
+            }
+        }
+    }
+
+    fn window_nanos(&self) -> u64 {
+        self.window_nanos.load(Ordering::Relaxed)
     }
 
     /// Records `message`, matched against index version `version`. Messages of unknown
     /// arrival (broker-made) are not recorded. Called with the index's read lock held.
     pub(crate) fn record(&self, message: &Arc<Message>, version: u64) {
-        if self.window_nanos == 0 || !message.arrival.is_known() {
+        let window_nanos = self.window_nanos();
+        if window_nanos == 0 || !message.arrival.is_known() {
             return;
         }
+        let shard_bytes = self.shard_bytes.load(Ordering::Relaxed);
         let slot = message.publisher.unwrap_or(0) as usize % SHARDS;
         let mut shard = self.shards[slot].lock();
         let size = cost(message);
@@ -90,9 +115,9 @@ impl RecentPublishes {
             version,
             message: message.clone(),
         });
-        let horizon = message.arrival.as_nanos().saturating_sub(self.window_nanos);
+        let horizon = message.arrival.as_nanos().saturating_sub(window_nanos);
         while let Some(oldest) = shard.records.front() {
-            if oldest.arrival.as_nanos() >= horizon && shard.bytes <= self.shard_bytes {
+            if oldest.arrival.as_nanos() >= horizon && shard.bytes <= shard_bytes {
                 break;
             }
             let size = cost(&oldest.message);
@@ -110,14 +135,15 @@ impl RecentPublishes {
         subscriber: u64,
         mut wanted: impl FnMut(&Message) -> bool,
     ) -> Vec<Arc<Message>> {
-        if self.window_nanos == 0 || !after.is_known() {
+        let window_nanos = self.window_nanos();
+        if window_nanos == 0 || !after.is_known() {
             return Vec::new();
         }
         let mut found: Vec<(Arrival, Arc<Message>)> = Vec::new();
         for shard in &self.shards {
             let shard = shard.lock();
             for record in shard.records.iter().rev() {
-                if record.arrival.as_nanos() + self.window_nanos.max(STAMP_SLACK_NANOS)
+                if record.arrival.as_nanos() + window_nanos.max(STAMP_SLACK_NANOS)
                     < after.as_nanos()
                 {
                     // Older records arrived before `after` too (each shard is in routing

@@ -8,15 +8,100 @@ use crate::router::{RouteOutcome, Router, WakeList};
 use crate::stats::Stats;
 use crate::timers::{TimerEntry, TimerKind, Timers};
 use hayate_codec::Properties;
-use hayate_session::{MemoryBudget, Message, MessageProperties, SessionLimits};
+use hayate_session::{MemoryBudget, Message, MessageProperties, SessionLimits, SharedLimits};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The configuration in force: whole, for what is read at CONNECT (a short lock), and the
+/// few settings read on every packet as atomics on cache lines of their own (relaxed loads
+/// of lines written only by a reload).
+#[derive(Debug)]
+struct LiveConfig {
+    current: parking_lot::Mutex<Arc<BrokerConfig>>,
+    limits: LiveLimits,
+}
+
+/// The per-packet settings a reload changes for every connection.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct LiveLimits {
+    max_topic_levels: AtomicUsize,
+    max_subscriptions_per_client: AtomicUsize,
+    backpressure_stall_timeout_ms: AtomicU64,
+    max_session_expiry_interval: AtomicU32,
+}
+
+impl LiveLimits {
+    fn new(config: &BrokerConfig) -> LiveLimits {
+        let limits = LiveLimits {
+            max_topic_levels: AtomicUsize::new(0),
+            max_subscriptions_per_client: AtomicUsize::new(0),
+            backpressure_stall_timeout_ms: AtomicU64::new(0),
+            max_session_expiry_interval: AtomicU32::new(0),
+        };
+        limits.set(config);
+        limits
+    }
+
+    fn set(&self, config: &BrokerConfig) {
+        let relaxed = Ordering::Relaxed;
+        self.max_topic_levels
+            .store(config.max_topic_levels, relaxed);
+        self.max_subscriptions_per_client
+            .store(config.max_subscriptions_per_client, relaxed);
+        self.backpressure_stall_timeout_ms
+            .store(config.backpressure_stall_timeout_ms, relaxed);
+        self.max_session_expiry_interval
+            .store(config.max_session_expiry_interval, relaxed);
+    }
+
+    /// `max_topic_levels` now.
+    pub fn max_topic_levels(&self) -> usize {
+        self.max_topic_levels.load(Ordering::Relaxed)
+    }
+
+    /// `max_subscriptions_per_client` now.
+    pub fn max_subscriptions_per_client(&self) -> usize {
+        self.max_subscriptions_per_client.load(Ordering::Relaxed)
+    }
+
+    /// `backpressure_stall_timeout_ms` now.
+    pub fn backpressure_stall_timeout_ms(&self) -> u64 {
+        self.backpressure_stall_timeout_ms.load(Ordering::Relaxed)
+    }
+
+    /// `max_session_expiry_interval` now.
+    pub fn max_session_expiry_interval(&self) -> u32 {
+        self.max_session_expiry_interval.load(Ordering::Relaxed)
+    }
+}
+
+impl LiveConfig {
+    fn new(config: BrokerConfig) -> LiveConfig {
+        LiveConfig {
+            limits: LiveLimits::new(&config),
+            current: parking_lot::Mutex::new(Arc::new(config)),
+        }
+    }
+}
+
+fn session_limits(config: &BrokerConfig, budget: Option<Arc<MemoryBudget>>) -> SessionLimits {
+    SessionLimits {
+        max_queued_messages: config.max_queued_messages,
+        max_queued_bytes: config.max_queued_bytes,
+        max_inflight: config.max_inflight_messages,
+        queue_qos0_offline: config.queue_qos0_offline,
+        budget,
+    }
+}
 
 /// The broker's shared state. Cheap to share: connections hold an `Arc<Broker>`.
 #[derive(Debug)]
 pub struct Broker {
-    /// Settings and limits.
-    pub config: BrokerConfig,
+    /// Settings and limits, replaced as a whole by a configuration reload
+    /// ([`Broker::reconfigure`]).
+    config: LiveConfig,
     /// Subscriptions, shared groups and retained messages.
     pub router: Router,
     /// Client id → session.
@@ -25,7 +110,9 @@ pub struct Broker {
     pub stats: Stats,
     /// The broker-wide account of queued message bytes (`max_queued_bytes_total`).
     pub memory: Arc<MemoryBudget>,
-    session_limits: Arc<SessionLimits>,
+    session_limits: Arc<SharedLimits>,
+    /// `retain_available` as the broker started (it needs a restart to change).
+    retain_available: bool,
     /// Authentication and authorisation.
     pub hooks: Arc<dyn AuthHook>,
     timers: Timers,
@@ -42,14 +129,9 @@ impl Broker {
         Arc::new(Broker {
             router: Router::new(&config),
             memory: memory.clone(),
-            session_limits: Arc::new(SessionLimits {
-                max_queued_messages: config.max_queued_messages,
-                max_queued_bytes: config.max_queued_bytes,
-                max_inflight: config.max_inflight_messages,
-                queue_qos0_offline: config.queue_qos0_offline,
-                budget: Some(memory),
-            }),
-            config,
+            session_limits: Arc::new(SharedLimits::new(session_limits(&config, Some(memory)))),
+            retain_available: config.retain_available,
+            config: LiveConfig::new(config),
             registry: Registry::default(),
             stats: Stats::default(),
             hooks,
@@ -59,9 +141,52 @@ impl Broker {
         })
     }
 
-    /// Session limits from the configuration, shared by every session.
-    pub fn session_limits(&self) -> Arc<SessionLimits> {
+    /// Session limits from the configuration, shared by every session (and changed for all
+    /// of them by [`Broker::reconfigure`]).
+    pub fn session_limits(&self) -> Arc<SharedLimits> {
         self.session_limits.clone()
+    }
+
+    /// The settings in force now (a short lock; read at CONNECT, not per packet).
+    pub fn config(&self) -> Arc<BrokerConfig> {
+        self.config.current.lock().clone()
+    }
+
+    /// The settings checked on every packet, as a reload leaves them.
+    pub fn limits(&self) -> &LiveLimits {
+        &self.config.limits
+    }
+
+    /// Whether retained messages are supported (fixed for the broker's life).
+    pub fn retain_available(&self) -> bool {
+        self.retain_available
+    }
+
+    /// Applies a new configuration while the broker runs (a reload). What each setting
+    /// applies to is in `docs/OPERATIONS.md`: the session limits and the memory budget hold
+    /// for every session from its next message on, the shared-group strategy and the
+    /// arrival-order window for the next message routed, the per-packet limits for every
+    /// connection's next packet; what a CONNACK announced (receive maximum, maximum packet
+    /// size, topic alias maximum, maximum QoS, keep alive) stays as announced for the
+    /// connections that have it. The settings in [`BrokerConfig::RESTART_KEYS`] keep their
+    /// running values; the names of those that differ are returned.
+    pub fn reconfigure(
+        &self,
+        mut new: BrokerConfig,
+    ) -> Result<Vec<&'static str>, crate::config::ConfigError> {
+        new.validate()?;
+        let mut kept = Vec::new();
+        if new.retain_available != self.retain_available {
+            new.retain_available = self.retain_available;
+            kept.push("retain_available");
+        }
+        self.session_limits
+            .set(&session_limits(&new, self.session_limits.budget().cloned()));
+        self.memory.set_limit(new.max_queued_bytes_total);
+        self.router.reconfigure(&new);
+        self.config.limits.set(&new);
+        *self.config.current.lock() = Arc::new(new);
+        Ok(kept)
     }
 
     /// Accepts an application message: stores it as retained if flagged, then routes it to
@@ -73,7 +198,7 @@ impl Broker {
         wake: &mut WakeList,
     ) -> RouteOutcome {
         let mut ticket = None;
-        if message.retain && self.config.retain_available {
+        if message.retain && self.retain_available {
             let (stored, appended) = self.router.retain(&message, self.attached());
             ticket = appended;
             self.stats

@@ -21,7 +21,9 @@ use crate::registry::{Handover, SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
 use auth::AuthState;
-use hayate_codec::{encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, ReasonCode};
+use hayate_codec::{
+    encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, QoS, ReasonCode,
+};
 use hayate_session::{Arrival, OutBuf};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +64,12 @@ enum Phase {
 #[derive(Debug)]
 pub struct Channel {
     broker: Arc<Broker>,
+    /// The largest packet accepted from this client, fixed when the connection opened (v5
+    /// clients are told it in CONNACK): a reload changes it for new connections only.
+    max_packet_size: u32,
+    /// The maximum QoS as of CONNECT (announced to v5 clients in CONNACK; a reload changes
+    /// it for new connections only).
+    max_qos: QoS,
     info: ConnectionInfo,
     /// Unique id of this connection; the session's `owner` while attached.
     conn_id: u64,
@@ -116,7 +124,10 @@ impl Channel {
     pub fn new(broker: Arc<Broker>, info: ConnectionInfo, now: Instant) -> Channel {
         Stats::add(&broker.stats.connections_total, 1);
         let limits = info.listener.limits;
+        let config = broker.config();
         Channel {
+            max_packet_size: config.max_packet_size,
+            max_qos: config.maximum_qos(),
             limit: InboundLimit::new(
                 limits.max_inbound_bytes_per_sec,
                 limits.max_inbound_messages_per_sec,
@@ -186,6 +197,12 @@ impl Channel {
     /// when keep alive is 0.
     pub fn keep_alive_timeout(&self) -> Option<Duration> {
         (self.keep_alive > 0).then(|| Duration::from_millis(u64::from(self.keep_alive) * 1500))
+    }
+
+    /// The largest packet this connection accepts (the decoder's limit), as the broker's
+    /// `max_packet_size` was when the connection opened.
+    pub fn max_packet_size(&self) -> u32 {
+        self.max_packet_size
     }
 
     /// Handles one decoded packet from the client.
@@ -295,7 +312,7 @@ impl Channel {
                         out,
                     ));
                 }
-                let capped = expiry.min(self.broker.config.max_session_expiry_interval);
+                let capped = expiry.min(self.broker.limits().max_session_expiry_interval());
                 self.with_session(out, |state, _| state.expiry_interval = capped)?;
             }
         }

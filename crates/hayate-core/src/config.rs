@@ -128,6 +128,11 @@ pub enum ConfigError {
 }
 
 impl BrokerConfig {
+    /// The settings a running broker cannot change ([`crate::Broker::reconfigure`] keeps
+    /// their values): `retain_available` (retained messages are kept, and clients were told
+    /// in CONNACK whether they may send them).
+    pub const RESTART_KEYS: &'static [&'static str] = &["retain_available"];
+
     /// Checks ranges that serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, message| Err(ConfigError::Invalid { field, message });

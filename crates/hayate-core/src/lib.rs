@@ -29,7 +29,7 @@ pub mod stats;
 pub mod store;
 mod timers;
 
-pub use broker::Broker;
+pub use broker::{Broker, LiveLimits};
 pub use channel::{Channel, ConnectionInfo, ReadGate};
 pub use close::{Close, CloseReason};
 pub use config::{BrokerConfig, SharedStrategy};

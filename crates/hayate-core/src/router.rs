@@ -18,7 +18,7 @@ use hayate_codec::{QoS, SubscriptionOptions};
 use hayate_session::{Arrival, Delivery, EnqueueOutcome, Message};
 use hayate_topic::{RetainedTree, SubscriptionIndex};
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,7 +85,8 @@ pub struct Router {
     pub(crate) persistence: std::sync::OnceLock<Arc<Attached>>,
     shared: RwLock<SubscriptionIndex<Arc<str>, Arc<SharedGroup>>>,
     retained: RwLock<RetainedTree<Arc<Message>>>,
-    strategy: SharedStrategy,
+    /// The shared-group strategy; changeable while the broker runs ([`Router::reconfigure`]).
+    strategy: AtomicU8,
     /// Sessions with their `congested` hint set (in the `Congested` state); while zero,
     /// publishers skip the pre-routing congestion check entirely.
     congested_sessions: AtomicUsize,
@@ -113,10 +114,30 @@ impl Router {
             ),
             shared: RwLock::default(),
             retained: RwLock::default(),
-            strategy: config.shared_subscription_strategy,
+            strategy: AtomicU8::new(config.shared_subscription_strategy as u8),
             congested_sessions: AtomicUsize::new(0),
             persistence: std::sync::OnceLock::new(),
             cluster: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Applies the live settings of a new configuration: the shared-group strategy and the
+    /// arrival-order window, for the messages routed from now on.
+    pub fn reconfigure(&self, config: &BrokerConfig) {
+        self.strategy
+            .store(config.shared_subscription_strategy as u8, Ordering::Relaxed);
+        self.recent.set(
+            Duration::from_millis(config.arrival_window_ms),
+            config.arrival_window_bytes,
+        );
+    }
+
+    /// The shared-group strategy in force.
+    pub fn strategy(&self) -> SharedStrategy {
+        match self.strategy.load(Ordering::Relaxed) {
+            x if x == SharedStrategy::Random as u8 => SharedStrategy::Random,
+            x if x == SharedStrategy::HashClientId as u8 => SharedStrategy::HashClientId,
+            _ => SharedStrategy::RoundRobin,
         }
     }
 
@@ -409,7 +430,7 @@ impl Router {
             if candidates.is_empty() {
                 return;
             }
-            let start = match self.strategy {
+            let start = match self.strategy() {
                 SharedStrategy::RoundRobin => group.cursor.fetch_add(1, Ordering::Relaxed),
                 SharedStrategy::Random => rand::random::<u32>() as usize,
                 SharedStrategy::HashClientId => message.publisher_key as usize,

@@ -300,7 +300,7 @@ pub(crate) async fn publish(
         (None, None) => bytes::Bytes::new(),
     };
     let broker = &state.sources.broker;
-    if payload.len() > broker.config.max_packet_size as usize {
+    if payload.len() > broker.config().max_packet_size as usize {
         return Err(bad_request(
             "payload larger than the broker's max_packet_size",
         ));

@@ -1,8 +1,10 @@
 //! `[http]`: where the HTTP edge listens and who may use it.
 
+use crate::passwords::Passwords;
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The environment variable holding the token when neither `token` nor `token_file` is set.
 pub const TOKEN_ENV: &str = "HAYATE_HTTP_TOKEN";
@@ -19,8 +21,13 @@ pub struct HttpConfig {
     /// A file whose first line is the token (kept out of the configuration file). Without
     /// either, the `HAYATE_HTTP_TOKEN` environment variable.
     pub token_file: Option<PathBuf>,
+    /// A Mosquitto-compatible password file (`hayate passwd`, `mosquitto_passwd`; it may be
+    /// the broker's `[auth] password_file`): its users may sign in with HTTP Basic
+    /// authentication. With a token as well, either is accepted. The file is read again
+    /// when it changes.
+    pub password_file: Option<PathBuf>,
     /// Serve `/metrics` and the admin API without a token. Off by default: a listener
-    /// without a token and without this is refused at start.
+    /// without a token or password file and without this is refused at start.
     pub allow_anonymous: bool,
 }
 
@@ -45,17 +52,44 @@ pub enum HttpConfigError {
     #[error("[http] set token or token_file, not both")]
     TwoTokens,
     /// Neither a token nor `allow_anonymous = true`.
-    #[error("[http] needs token or token_file or the HAYATE_HTTP_TOKEN environment variable (or allow_anonymous = true to serve the admin API to anyone who can connect)")]
+    #[error("[http] needs token, token_file, password_file or the HAYATE_HTTP_TOKEN environment variable (or allow_anonymous = true to serve the admin API to anyone who can connect)")]
     NoToken,
+    /// The password file could not be read or parsed.
+    #[error("[http] password_file: {0}")]
+    PasswordFile(#[from] hayate_auth::AuthError),
 }
 
 /// Who may call the authenticated endpoints.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Access {
-    /// Requests must carry this bearer token.
-    Token(String),
-    /// Anyone who can connect (`allow_anonymous = true` without a token).
+    /// Requests must carry the bearer token or (HTTP Basic) a user name and password of the
+    /// password file; at least one of the two is set.
+    Credentials {
+        /// The bearer token.
+        token: Option<String>,
+        /// The password file's users.
+        passwords: Option<Arc<Passwords>>,
+    },
+    /// Anyone who can connect (`allow_anonymous = true` without a token or password file).
     Anonymous,
+}
+
+impl Access {
+    /// Requests must carry this bearer token.
+    pub fn token(token: impl Into<String>) -> Access {
+        Access::Credentials {
+            token: Some(token.into()),
+            passwords: None,
+        }
+    }
+
+    /// The bearer token, when one is required.
+    pub fn required_token(&self) -> Option<&str> {
+        match self {
+            Access::Credentials { token, .. } => token.as_deref(),
+            Access::Anonymous => None,
+        }
+    }
 }
 
 impl HttpConfig {
@@ -79,11 +113,17 @@ impl HttpConfig {
             }
             (None, None) => std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_string()),
         };
-        match token {
-            Some(token) if token.is_empty() => Err(HttpConfigError::EmptyToken),
-            Some(token) => Ok(Access::Token(token)),
-            None if self.allow_anonymous => Ok(Access::Anonymous),
-            None => Err(HttpConfigError::NoToken),
+        if token.as_ref().is_some_and(|token| token.is_empty()) {
+            return Err(HttpConfigError::EmptyToken);
+        }
+        let passwords = match &self.password_file {
+            Some(path) => Some(Arc::new(Passwords::load(path)?)),
+            None => None,
+        };
+        match (token, passwords) {
+            (None, None) if self.allow_anonymous => Ok(Access::Anonymous),
+            (None, None) => Err(HttpConfigError::NoToken),
+            (token, passwords) => Ok(Access::Credentials { token, passwords }),
         }
     }
 
@@ -141,20 +181,56 @@ mod tests {
             assert!(matches!(config.validate(), Err(HttpConfigError::NoToken)));
         }
         config.allow_anonymous = true;
-        assert_eq!(config.access().unwrap(), Access::Anonymous);
+        assert!(matches!(config.access().unwrap(), Access::Anonymous));
         config.token = Some(" s3cret \n".into());
-        assert_eq!(config.access().unwrap(), Access::Token("s3cret".into()));
+        assert_eq!(config.access().unwrap().required_token(), Some("s3cret"));
         config.token = Some("  ".into());
         assert!(matches!(config.access(), Err(HttpConfigError::EmptyToken)));
         let file = std::env::temp_dir().join(format!("hayate-http-token-{}", std::process::id()));
         std::fs::write(&file, "from-file\nignored\n").unwrap();
         config.token = None;
         config.token_file = Some(file.clone());
-        assert_eq!(config.access().unwrap(), Access::Token("from-file".into()));
+        assert_eq!(config.access().unwrap().required_token(), Some("from-file"));
         config.token = Some("x".into());
         assert!(matches!(config.access(), Err(HttpConfigError::TwoTokens)));
         std::fs::remove_file(file).unwrap();
         let off = HttpConfig::default();
         assert!(off.validate().is_ok(), "off: nothing to check");
+    }
+
+    #[test]
+    fn a_password_file_is_enough_and_must_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("passwd");
+        let mut config = HttpConfig {
+            listen: Some("0".into()),
+            token: None,
+            password_file: Some(path.clone()),
+            ..HttpConfig::default()
+        };
+        assert!(
+            matches!(config.validate(), Err(HttpConfigError::PasswordFile(_))),
+            "a missing file is an error"
+        );
+        std::fs::write(&path, "admin:not-a-hash\n").unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("password_file") && error.contains("line 1"),
+            "{error}"
+        );
+        let hash = hayate_auth::PasswordHash::new_pbkdf2_sha512(b"pw");
+        std::fs::write(&path, format!("admin:{hash}\n")).unwrap();
+        match config.access().unwrap() {
+            Access::Credentials {
+                passwords: Some(passwords),
+                ..
+            } => assert!(passwords.verify("admin", b"pw") && !passwords.verify("admin", b"x")),
+            other => panic!("{other:?}"),
+        }
+        config.allow_anonymous = true;
+        assert!(
+            matches!(config.access().unwrap(), Access::Credentials { .. }),
+            "credentials are required once configured"
+        );
     }
 }

@@ -11,6 +11,7 @@ mod auth;
 pub mod config;
 mod dashboard;
 mod metrics;
+pub mod passwords;
 pub mod process;
 
 pub use config::{Access, HttpConfig, HttpConfigError};
@@ -131,7 +132,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/cluster", get(admin::cluster))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            auth::require_token,
+            auth::require_credentials,
         ));
     Router::new()
         .route("/", get(dashboard::page))

@@ -41,7 +41,8 @@ thread_local! {
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 const CLOSE_LINGER_MAX_BYTES: usize = 1024 * 1024;
 
-/// Per-connection settings derived from the configuration once.
+/// Per-connection settings derived from the configuration; a reload makes new ones for the
+/// connections accepted from then on (a connection keeps the ones it was accepted with).
 #[derive(Debug)]
 pub(crate) struct ConnectionSettings {
     pub max_connections: usize,
@@ -423,7 +424,7 @@ impl<T: Transport> Connection<T> {
             match decode(
                 &mut self.read_buf,
                 self.channel.version(),
-                self.settings.max_packet_size,
+                self.channel.max_packet_size(),
             ) {
                 Ok(Some(packet)) => {
                     if let Err(c) =

@@ -16,5 +16,5 @@ mod sys;
 mod transport;
 
 pub use config::{Config, ConfigError, LogFormat, ServerConfig};
-pub use listener::{Server, ServerHandle};
+pub use listener::{Server, ServerHandle, ServerReload};
 pub use security::{AuthConfig, SecurityHook};

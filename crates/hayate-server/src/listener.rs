@@ -1,19 +1,25 @@
 //! Listeners and the server's lifetime: bind, accept, spawn connection tasks, run the timer
 //! and `$SYS` tasks, shut down.
 
+mod set;
+
+pub use set::ServerReload;
+
 use crate::config::{Config, ListenerConfig, TransportKind};
 use crate::connection::{spawn_connection, Connection, ConnectionSettings, ShutdownSignal};
 use crate::transport::psk::{PskAcceptorHandle, PskSettings};
 use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
 use crate::transport::{ws, BoxedStream, Polled};
 use hayate_core::{Broker, ConnectionInfo, ConnectionLimits, ListenerInfo, ListenerRole, WakeList};
+use parking_lot::RwLock;
+use set::{wanted_listeners, ListenerSet, Shared};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
 /// How often delayed wills, session expiry and retained-message expiry are checked.
@@ -41,8 +47,9 @@ pub struct ServerHandle {
     http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
-    /// Listeners with files to re-read on reload (certificates, PSK keys).
-    reloadable: Vec<Arc<ListenerRuntime>>,
+    /// The listeners running now (SIGHUP adds, changes and removes them) and the settings
+    /// new connections get.
+    listeners: Arc<ListenerSet>,
 }
 
 impl Server {
@@ -83,41 +90,14 @@ impl Server {
             .map_err(io::Error::other)?;
             tasks.spawn(handle.wait());
         }
-        let settings = Arc::new(ConnectionSettings::from_config(&config));
-        let active = Arc::new(LiveConnections::default());
+        let listeners = Arc::new(ListenerSet::new(
+            broker.clone(),
+            &config,
+            shutdown_rx.clone(),
+        ));
         let mut local_addrs = Vec::new();
-        let mut reloadable = Vec::new();
-        let mut counted: Vec<(Arc<ListenerRuntime>, &'static str)> = Vec::new();
-        let listeners = config
-            .server
-            .listen
-            .iter()
-            .map(|addr| ListenerConfig::tcp(*addr))
-            .chain(config.listeners.iter().cloned())
-            .chain(
-                config
-                    .cluster
-                    .iter()
-                    .map(|c| ListenerConfig::cluster(c.listen)),
-            );
-        for listener_config in listeners {
-            let runtime = Arc::new(ListenerRuntime::new(&listener_config, &config)?);
-            let listener = bind(listener_config.bind)?;
-            let local = listener.local_addr()?;
-            tracing::info!(address = %local, listener = %runtime.info.name, "listening");
-            local_addrs.push(local);
-            if !matches!(runtime.acceptor, Acceptor::Tcp | Acceptor::Ws) {
-                reloadable.push(runtime.clone());
-            }
-            counted.push((runtime.clone(), transport_name(listener_config.transport)));
-            tasks.spawn(accept_loop(
-                listener,
-                runtime,
-                broker.clone(),
-                settings.clone(),
-                active.clone(),
-                shutdown_rx.clone(),
-            ));
+        for listener_config in wanted_listeners(&config) {
+            local_addrs.push(listeners.add(listener_config, &config)?);
         }
         warn_if_fd_limit_low(config.server.max_connections);
         tasks.spawn(timer_loop(broker.clone(), shutdown_rx.clone()));
@@ -131,15 +111,9 @@ impl Server {
                 bridges.stop().await;
             });
         }
-        let connections = move || {
-            counted
-                .iter()
-                .map(|(runtime, transport)| hayate_http::ListenerConnections {
-                    listener: runtime.info.name.to_string(),
-                    transport,
-                    open: runtime.live.count() as u64,
-                })
-                .collect()
+        let connections = {
+            let listeners = listeners.clone();
+            move || listeners.connections()
         };
         let http_addr = crate::http::start(
             &config.http,
@@ -168,7 +142,7 @@ impl Server {
             http_addr,
             shutdown,
             tasks,
-            reloadable,
+            listeners,
         })
     }
 }
@@ -188,7 +162,7 @@ impl ServerHandle {
     /// waits for the listeners and background tasks to stop.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
-        while self.tasks.join_next().await.is_some() {}
+        self.wait().await;
         if let Some(store) = self.store.take() {
             self.broker.persist_totals();
             // Writes what is queued and fsyncs; blocking, so off the runtime's workers.
@@ -198,31 +172,55 @@ impl ServerHandle {
 
     /// Waits until the server stops (it stops only through `shutdown`).
     pub async fn wait(&mut self) {
+        self.listeners.wait().await;
         while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// The addresses the listeners are bound to now (after reloads; the cluster listener
+    /// included).
+    pub fn listener_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.addrs()
+    }
+
+    /// Applies a configuration read again (on SIGHUP; already validated): the broker's
+    /// limits, the connection settings of new connections, and the listeners (added, changed
+    /// or removed; see [`ListenerSet::reload`]). The cluster, the store, `[http]` and the
+    /// other settings a reload cannot change are left as they are (the caller names them).
+    pub async fn reload(&self, config: &Config) -> ServerReload {
+        let kept_broker_keys = match self.broker.reconfigure(config.broker.clone()) {
+            Ok(kept) => kept,
+            Err(error) => {
+                tracing::error!(%error, "limits_reload_failed");
+                return ServerReload {
+                    errors: vec![error.to_string()],
+                    ..ServerReload::default()
+                };
+            }
+        };
+        // The cluster and its listener stay as started.
+        let config = &Config {
+            cluster: self.listeners.cluster.clone(),
+            ..config.clone()
+        };
+        let mut report = self
+            .listeners
+            .reload(wanted_listeners(config), config)
+            .await;
+        report.kept_broker_keys = kept_broker_keys;
+        tracing::info!(
+            added = ?report.added,
+            removed = ?report.removed,
+            updated = ?report.updated,
+            "config_reloaded"
+        );
+        report
     }
 
     /// Re-reads the certificates, keys and PSK files of every listener that has them (on
     /// SIGHUP). A file that fails to load keeps the previous settings of its listener; the
     /// errors are returned (and logged). New connections use the new settings.
     pub fn reload_transports(&self) -> Vec<String> {
-        let mut errors = Vec::new();
-        for runtime in &self.reloadable {
-            let result = match &runtime.acceptor {
-                Acceptor::Tls(handle) | Acceptor::Wss(handle) => {
-                    handle.reload().map_err(|e| e.to_string())
-                }
-                Acceptor::Psk(handle) => handle.reload().map_err(|e| e.to_string()),
-                Acceptor::Tcp | Acceptor::Ws => Ok(()),
-            };
-            match result {
-                Ok(()) => tracing::info!(listener = %runtime.info.name, "listener_reloaded"),
-                Err(error) => {
-                    tracing::error!(listener = %runtime.info.name, %error, "listener_reload_failed");
-                    errors.push(format!("{}: {error}", runtime.info.name));
-                }
-            }
-        }
-        errors
+        self.listeners.reload_transports()
     }
 
     /// Applies the bridges of a configuration read again (on SIGHUP; each already
@@ -270,52 +268,66 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// Why an accept loop ended.
+enum Ended {
+    /// The server shuts down: wait for every connection of every listener.
+    Shutdown,
+    /// This listener was removed (a reload): tell the reload once the socket is closed, then
+    /// wait for this listener's connections only.
+    Removed(Option<oneshot::Sender<()>>),
+}
+
 async fn accept_loop(
     listener: TcpListener,
     runtime: Arc<ListenerRuntime>,
-    broker: Arc<Broker>,
-    settings: Arc<ConnectionSettings>,
-    active: Arc<LiveConnections>,
+    shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
+    mut stop: oneshot::Receiver<oneshot::Sender<()>>,
 ) {
     let connections_shutdown = Arc::new(ShutdownSignal::default());
     let mut last_error_log: Option<tokio::time::Instant> = None;
     let mut next_accept = tokio::time::Instant::now();
-    loop {
-        if let Some(interval) = runtime.accept_interval {
+    let ended = loop {
+        let limits = runtime.limits();
+        if let Some(interval) = limits.accept_interval {
             // Connection-rate limit: the excess waits in the kernel's accept queue.
             let now = tokio::time::Instant::now();
             if next_accept > now {
                 tokio::select! {
                     _ = tokio::time::sleep_until(next_accept) => {}
-                    _ = shutdown.changed() => break,
+                    _ = shutdown.changed() => break Ended::Shutdown,
+                    ack = &mut stop => break Ended::Removed(ack.ok()),
                 }
             }
             next_accept = next_accept.max(now) + interval;
         }
         let accepted: io::Result<(TcpStream, SocketAddr)> = tokio::select! {
             result = listener.accept() => result,
-            _ = shutdown.changed() => break,
+            _ = shutdown.changed() => break Ended::Shutdown,
+            ack = &mut stop => break Ended::Removed(ack.ok()),
         };
         match accepted {
             Ok((stream, peer)) => {
+                // The settings and limits in force now (a reload may have changed them since
+                // the last accept); the connection keeps these for its life.
+                let limits = runtime.limits();
+                let settings = shared.settings.read().clone();
                 if settings.tcp_nodelay {
                     let _ = stream.set_nodelay(true);
                 }
-                let over_capacity = active.count() >= settings.max_connections
-                    || runtime.live.count() >= runtime.max_connections;
+                let over_capacity = shared.active.count() >= settings.max_connections
+                    || runtime.live.count() >= limits.max_connections;
                 let guard = (
-                    LiveConnections::enter(&active),
+                    LiveConnections::enter(&shared.active),
                     LiveConnections::enter(&runtime.live),
                 );
                 let info = ConnectionInfo {
                     peer: Some(peer),
                     over_capacity,
-                    listener: runtime.info.clone(),
+                    listener: limits.info.clone(),
                     transport_identity: None,
                 };
-                let broker = broker.clone();
-                let settings = settings.clone();
+                let broker = shared.broker.clone();
                 let shutdown = connections_shutdown.clone();
                 // Detached: a JoinSet entry per connection would cost memory for nothing; the
                 // guard counts it and lets shutdown wait for it.
@@ -337,16 +349,28 @@ async fn accept_loop(
                 // EMFILE/ENFILE and friends: back off instead of spinning, log once per interval.
                 let now = tokio::time::Instant::now();
                 if last_error_log.is_none_or(|at| now - at >= ACCEPT_ERROR_LOG_INTERVAL) {
-                    tracing::warn!(%error, listener = %runtime.info.name, "accept_failed");
+                    tracing::warn!(%error, listener = %runtime.name(), "accept_failed");
                     last_error_log = Some(now);
                 }
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
             }
         }
-    }
-    // Shutdown: tell this listener's connections, wait for them to flush and close.
+    };
+    // No more connections: the socket closes now (its port is free for a listener that
+    // replaces this one), then this listener's connections are told to close (v5 clients get
+    // DISCONNECT 0x8B) and waited for.
+    drop(listener);
     connections_shutdown.trigger();
-    active.all_closed().await;
+    match ended {
+        Ended::Shutdown => shared.active.all_closed().await,
+        Ended::Removed(ack) => {
+            if let Some(ack) = ack {
+                let _ = ack.send(());
+            }
+            tracing::info!(listener = %runtime.name(), open = runtime.live.count(), "listener_stopped");
+            runtime.live.all_closed().await;
+        }
+    }
 }
 
 /// Runs the TLS / PSK / WebSocket handshake (at most `max_concurrent_handshakes` at once per
@@ -373,11 +397,11 @@ async fn handshake_then_serve<G: Send + 'static>(
     {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
-            tracing::debug!(listener = %runtime.info.name, peer = ?info.peer, %error, "handshake_failed");
+            tracing::debug!(listener = %info.listener.name, peer = ?info.peer, %error, "handshake_failed");
             return;
         }
         Err(_) => {
-            tracing::debug!(listener = %runtime.info.name, peer = ?info.peer, "handshake_timeout");
+            tracing::debug!(listener = %info.listener.name, peer = ?info.peer, "handshake_timeout");
             return;
         }
     };
@@ -399,14 +423,57 @@ enum Acceptor {
 
 /// A listener's transport, limits and identity, shared by its accept loop and handshakes.
 #[derive(Debug)]
-struct ListenerRuntime {
+pub(crate) struct ListenerRuntime {
     acceptor: Acceptor,
-    info: Arc<ListenerInfo>,
-    max_connections: usize,
+    /// Replaced by a reload that changes only limits or authentication settings; each
+    /// connection keeps the ones it was accepted with.
+    limits: RwLock<Arc<ListenerLimits>>,
     live: Arc<LiveConnections>,
     handshakes: Semaphore,
-    accept_interval: Option<Duration>,
     ws_path: String,
+    /// The transport's name in metrics.
+    transport: &'static str,
+}
+
+/// What a reload may change on a listener without restarting it.
+#[derive(Debug)]
+struct ListenerLimits {
+    info: Arc<ListenerInfo>,
+    max_connections: usize,
+    accept_interval: Option<Duration>,
+}
+
+impl ListenerLimits {
+    fn new(listener: &ListenerConfig, config: &Config) -> ListenerLimits {
+        ListenerLimits {
+            info: Arc::new(ListenerInfo {
+                name: Arc::from(listener.display_name()),
+                allow_anonymous: listener.allow_anonymous,
+                identity_as_username: listener.use_identity_as_username,
+                role: listener.role,
+                cluster_secret: match listener.role {
+                    ListenerRole::Cluster => config
+                        .cluster
+                        .as_ref()
+                        .and_then(|c| c.secret.as_deref())
+                        .map(Arc::from),
+                    _ => None,
+                },
+                limits: ConnectionLimits {
+                    connect_timeout: config.server.connect_timeout(),
+                    max_inbound_bytes_per_sec: listener
+                        .max_inbound_bytes_per_sec
+                        .unwrap_or(config.server.max_inbound_bytes_per_sec),
+                    max_inbound_messages_per_sec: listener
+                        .max_inbound_messages_per_sec
+                        .unwrap_or(config.server.max_inbound_messages_per_sec),
+                },
+            }),
+            max_connections: listener.max_connections.unwrap_or(usize::MAX),
+            accept_interval: (listener.max_connection_rate > 0)
+                .then(|| Duration::from_secs(1) / listener.max_connection_rate),
+        }
+    }
 }
 
 impl ListenerRuntime {
@@ -438,36 +505,28 @@ impl ListenerRuntime {
         };
         Ok(ListenerRuntime {
             acceptor,
-            info: Arc::new(ListenerInfo {
-                name: Arc::from(listener.display_name()),
-                allow_anonymous: listener.allow_anonymous,
-                identity_as_username: listener.use_identity_as_username,
-                role: listener.role,
-                cluster_secret: match listener.role {
-                    ListenerRole::Cluster => config
-                        .cluster
-                        .as_ref()
-                        .and_then(|c| c.secret.as_deref())
-                        .map(Arc::from),
-                    _ => None,
-                },
-                limits: ConnectionLimits {
-                    connect_timeout: config.server.connect_timeout(),
-                    max_inbound_bytes_per_sec: listener
-                        .max_inbound_bytes_per_sec
-                        .unwrap_or(config.server.max_inbound_bytes_per_sec),
-                    max_inbound_messages_per_sec: listener
-                        .max_inbound_messages_per_sec
-                        .unwrap_or(config.server.max_inbound_messages_per_sec),
-                },
-            }),
-            max_connections: listener.max_connections.unwrap_or(usize::MAX),
+            limits: RwLock::new(Arc::new(ListenerLimits::new(listener, config))),
             live: Arc::new(LiveConnections::default()),
             handshakes: Semaphore::new(listener.max_concurrent_handshakes),
-            accept_interval: (listener.max_connection_rate > 0)
-                .then(|| Duration::from_secs(1) / listener.max_connection_rate),
             ws_path: listener.ws_path.clone(),
+            transport: transport_name(listener.transport),
         })
+    }
+
+    /// The limits and identity new connections get.
+    fn limits(&self) -> Arc<ListenerLimits> {
+        self.limits.read().clone()
+    }
+
+    /// The listener's name (logs, metrics).
+    pub(crate) fn name(&self) -> Arc<str> {
+        self.limits.read().info.name.clone()
+    }
+
+    /// Applies a reloaded listener's limits and authentication settings to the connections
+    /// accepted from now on.
+    fn update(&self, listener: &ListenerConfig, config: &Config) {
+        *self.limits.write() = Arc::new(ListenerLimits::new(listener, config));
     }
 
     /// The transport handshake; returns the byte stream and the identity it proved.
@@ -511,7 +570,7 @@ impl ListenerRuntime {
 /// Live connection tasks of all listeners: the count (for `max_connections`) and a signal when
 /// it reaches zero (for shutdown).
 #[derive(Debug, Default)]
-struct LiveConnections {
+pub(crate) struct LiveConnections {
     count: AtomicUsize,
     none_left: Notify,
 }

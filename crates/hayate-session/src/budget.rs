@@ -17,7 +17,8 @@ pub const DELIVERY_OVERHEAD_BYTES: usize = 128;
 #[derive(Debug)]
 pub struct MemoryBudget {
     held: AtomicUsize,
-    limit: usize,
+    /// `usize::MAX` when unlimited; changed by a configuration reload.
+    limit: AtomicUsize,
     refused: AtomicU64,
 }
 
@@ -26,9 +27,24 @@ impl MemoryBudget {
     pub fn new(limit: usize) -> MemoryBudget {
         MemoryBudget {
             held: AtomicUsize::new(0),
-            limit: if limit == 0 { usize::MAX } else { limit },
+            limit: AtomicUsize::new(Self::effective(limit)),
             refused: AtomicU64::new(0),
         }
+    }
+
+    fn effective(limit: usize) -> usize {
+        if limit == 0 {
+            usize::MAX
+        } else {
+            limit
+        }
+    }
+
+    /// Sets a new limit (0: unlimited) for every charge from now on. Nothing charged is
+    /// returned when it is lowered below what is held: further charges are refused until
+    /// enough is released.
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(Self::effective(limit), Ordering::Relaxed);
     }
 
     /// Bytes charged now.
@@ -38,7 +54,7 @@ impl MemoryBudget {
 
     /// The limit in bytes (`usize::MAX` when unlimited).
     pub fn limit(&self) -> usize {
-        self.limit
+        self.limit.load(Ordering::Relaxed)
     }
 
     /// Deliveries refused because the budget was used up.
@@ -49,13 +65,13 @@ impl MemoryBudget {
     /// True once half of the budget is used: sessions holding a noticeable share then count
     /// as congested, so publishers feeding them pause before the budget runs out.
     pub fn is_under_pressure(&self) -> bool {
-        self.held() >= self.limit / 2
+        self.held() >= self.limit() / 2
     }
 
     /// Charges `bytes` if they fit. Concurrent callers may overshoot the limit by at most one
     /// delivery each; that slack is bounded by the number of worker threads.
     pub(crate) fn try_charge(&self, bytes: usize) -> bool {
-        if self.held().saturating_add(bytes) > self.limit {
+        if self.held().saturating_add(bytes) > self.limit() {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -100,5 +116,19 @@ mod tests {
         let budget = MemoryBudget::new(0);
         assert!(budget.try_charge(usize::MAX / 4));
         assert!(!budget.is_under_pressure());
+    }
+
+    #[test]
+    fn a_lowered_limit_refuses_until_enough_is_released() {
+        let budget = MemoryBudget::new(1000);
+        assert!(budget.try_charge(600));
+        budget.set_limit(500);
+        assert_eq!(budget.held(), 600, "nothing held is given back");
+        assert!(!budget.try_charge(1));
+        budget.release(200);
+        assert!(budget.try_charge(100));
+        budget.set_limit(0);
+        assert_eq!(budget.limit(), usize::MAX);
+        assert!(budget.try_charge(10_000));
     }
 }

@@ -11,11 +11,13 @@
 //! in `hayate-core`.
 
 mod budget;
+mod limits;
 mod message;
 mod outbuf;
 mod session;
 
 pub use budget::{MemoryBudget, DELIVERY_OVERHEAD_BYTES};
+pub use limits::SharedLimits;
 pub use message::{publisher_key, Arrival, Delivery, Message, MessageProperties, PeerScope};
 pub use outbuf::OutBuf;
 pub use session::{

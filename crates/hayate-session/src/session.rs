@@ -1,6 +1,7 @@
 //! The per-client session state machine.
 
 use crate::budget::{MemoryBudget, DELIVERY_OVERHEAD_BYTES};
+use crate::limits::SharedLimits;
 use crate::message::{Delivery, WireForm};
 use crate::outbuf::OutBuf;
 use hayate_codec::{
@@ -187,8 +188,9 @@ impl TransmitReport {
 /// One client's session state. See the crate docs.
 #[derive(Debug)]
 pub struct Session {
-    /// Shared by every session of a broker (they all have the same limits).
-    limits: Arc<SessionLimits>,
+    /// Shared by every session of a broker (they all have the same limits, changeable while
+    /// the broker runs).
+    limits: Arc<SharedLimits>,
     connection: Option<ConnectionParams>,
     /// Deliveries waiting for an in-flight slot (or for the client to come back).
     pending: VecDeque<Delivery>,
@@ -212,11 +214,11 @@ pub struct Session {
 impl Session {
     /// A new, empty session.
     pub fn new(limits: SessionLimits) -> Session {
-        Session::with_shared_limits(Arc::new(limits))
+        Session::with_shared_limits(Arc::new(SharedLimits::new(limits)))
     }
 
     /// A new, empty session whose limits are shared with others (saves memory per session).
-    pub fn with_shared_limits(limits: Arc<SessionLimits>) -> Session {
+    pub fn with_shared_limits(limits: Arc<SharedLimits>) -> Session {
         Session {
             limits,
             connection: None,
@@ -301,20 +303,19 @@ impl Session {
     }
 
     fn is_over(&self, divisor: usize) -> bool {
-        self.held_messages() >= self.limits.max_queued_messages / divisor
-            || self.held_bytes >= self.limits.max_queued_bytes / divisor
+        self.held_messages() >= self.limits.max_queued_messages() / divisor
+            || self.held_bytes >= self.limits.max_queued_bytes() / divisor
             || (self.charged >= PRESSURE_CONGESTION_BYTES
                 && self
                     .limits
-                    .budget
-                    .as_ref()
+                    .budget()
                     .is_some_and(|budget| budget.held() >= budget.limit() / divisor))
     }
 
     /// Charges a delivery of `weight` bytes to the broker-wide budget; false if it is used up.
     fn charge(&mut self, weight: usize) -> bool {
         let charge = weight + DELIVERY_OVERHEAD_BYTES;
-        if let Some(budget) = &self.limits.budget {
+        if let Some(budget) = self.limits.budget() {
             if !budget.try_charge(charge) {
                 return false;
             }
@@ -335,7 +336,7 @@ impl Session {
         self.held_bytes = self.held_bytes.saturating_sub(weight);
         let charge = (weight + DELIVERY_OVERHEAD_BYTES).min(self.charged);
         self.charged -= charge;
-        if let Some(budget) = &self.limits.budget {
+        if let Some(budget) = self.limits.budget() {
             budget.release(charge);
         }
     }
@@ -375,20 +376,20 @@ impl Session {
             .connection
             .as_ref()
             .map_or(u16::MAX, |c| c.client_receive_maximum);
-        client.min(self.limits.max_inflight).max(1)
+        client.min(self.limits.max_inflight()).max(1)
     }
 
     /// Offers a delivery. Enforces the queue limits; see [`EnqueueOutcome`].
     pub fn enqueue(&mut self, mut delivery: Delivery) -> EnqueueOutcome {
         if self.connection.is_none()
             && delivery.qos == QoS::AtMostOnce
-            && !self.limits.queue_qos0_offline
+            && !self.limits.queue_qos0_offline()
         {
             return EnqueueOutcome::DroppedOffline;
         }
         let weight = delivery.weight();
         let queued = self.held_messages() + self.spilled() as usize;
-        if queued >= self.limits.max_queued_messages {
+        if queued >= self.limits.max_queued_messages() {
             return EnqueueOutcome::DroppedQueueFull;
         }
         if self.spills(&delivery) {
@@ -397,7 +398,7 @@ impl Session {
                 wake: self.connection.is_some(),
             };
         }
-        if self.held_bytes + weight > self.limits.max_queued_bytes {
+        if self.held_bytes + weight > self.limits.max_queued_bytes() {
             return EnqueueOutcome::DroppedQueueFull;
         }
         if !self.charge(weight) {
@@ -504,7 +505,7 @@ impl Session {
     }
 
     fn release_charge(&mut self) {
-        if let Some(budget) = &self.limits.budget {
+        if let Some(budget) = self.limits.budget() {
             budget.release(self.charged);
         }
         self.charged = 0;

@@ -31,7 +31,8 @@ pub fn tool_or_skip(name: &str) -> Option<PathBuf> {
 pub struct HttpApi {
     agent: ureq::Agent,
     base: String,
-    token: Option<String>,
+    /// The `Authorization` header sent, if any.
+    authorization: Option<String>,
 }
 
 impl HttpApi {
@@ -45,7 +46,7 @@ impl HttpApi {
         HttpApi {
             agent,
             base: format!("http://{addr}"),
-            token: token.map(str::to_string),
+            authorization: token.map(|token| format!("Bearer {token}")),
         }
     }
 
@@ -59,13 +60,25 @@ impl HttpApi {
         HttpApi {
             agent: self.agent.clone(),
             base: self.base.clone(),
-            token: token.map(str::to_string),
+            authorization: token.map(|token| format!("Bearer {token}")),
+        }
+    }
+
+    /// The same server with HTTP Basic credentials instead.
+    pub fn with_basic(&self, user: &str, password: &str) -> HttpApi {
+        HttpApi {
+            agent: self.agent.clone(),
+            base: self.base.clone(),
+            authorization: Some(format!(
+                "Basic {}",
+                base64(format!("{user}:{password}").as_bytes())
+            )),
         }
     }
 
     fn auth<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        match &self.token {
-            Some(token) => request.header("Authorization", format!("Bearer {token}")),
+        match &self.authorization {
+            Some(value) => request.header("Authorization", value),
             None => request,
         }
     }
@@ -127,6 +140,26 @@ impl HttpApi {
                 .send(body),
         )
     }
+}
+
+/// Standard base64 with padding (RFC 4648), for a Basic `Authorization` header.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn json((status, body): (u16, String)) -> (u16, Value) {
@@ -202,5 +235,17 @@ impl Drop for HayateProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_as_rfc_4648() {
+        assert_eq!(super::base64(b""), "");
+        assert_eq!(super::base64(b"f"), "Zg==");
+        assert_eq!(super::base64(b"fo"), "Zm8=");
+        assert_eq!(super::base64(b"foo"), "Zm9v");
+        assert_eq!(super::base64(b"admin:pa:ss"), "YWRtaW46cGE6c3M=");
     }
 }

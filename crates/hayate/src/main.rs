@@ -258,29 +258,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => (Config::default(), None),
     };
-    if !args.listen.is_empty() {
-        config.server.listen = args.listen.clone();
-    }
-    if let Some(threads) = args.threads {
-        config.server.threads = threads;
-    }
-    if let Some(level) = &args.log_level {
-        config.server.log_level = level.clone();
-    }
-    if let Some(dir) = &args.data_dir {
-        config.storage.dir = Some(dir.clone());
-    }
-    apply_cluster_args(&mut config, &args);
-    if let Some(mode) = args.durability {
-        config.storage.durability = match mode {
-            DurabilityArg::Batched => Durability::Batched,
-            DurabilityArg::Sync => Durability::Sync,
-            DurabilityArg::Off => Durability::Off,
-        };
-    }
-    if let Some(addr) = &args.http {
-        config.http.listen = Some(addr.clone());
-    }
+    apply_overrides(&mut config, &args);
     config.validate()?;
     config.ensure_runnable()?;
     if let Some(format) = args.log_format {
@@ -321,35 +299,46 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         notify::notify("READY=1");
         // SIGINT/SIGTERM stop the broker; SIGHUP re-reads the files it loaded (password, ACL
         // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error,
-        // and the configuration file's bridges (added, removed or changed ones only).
+        // and applies the configuration file's limits, listeners, log level and bridges
+        // (docs/OPERATIONS.md), naming what needs a restart.
         let mut signals = Signals::new();
         while let Signal::Hangup = signals.next().await {
             if let Err(error) = logging.reopen() {
                 tracing::error!(%error, "log_file_reopen_failed");
             }
             tracing::info!("reload_requested");
-            reload_log_level(&args, &mut logging);
-            if let Some(started) = &started_with {
-                match started.needing_restart() {
-                    Ok(keys) if keys.is_empty() => {}
-                    Ok(keys) => {
-                        tracing::warn!(keys = %keys.join(", "), "config_changed_needs_restart")
+            // The log level first, so that what the reload logs is filtered by the new one.
+            let reloaded = config_path
+                .as_deref()
+                .map(|path| (path, reloaded_config(path, &args)));
+            if let Some((path, Ok(config))) = &reloaded {
+                reload_log_level(&args, &mut logging, config);
+                if let Some(started) = &started_with {
+                    match started.needing_restart(path) {
+                        Ok(keys) if keys.is_empty() => {}
+                        Ok(keys) => {
+                            tracing::warn!(keys = %keys.join(", "), "config_changed_needs_restart")
+                        }
+                        Err(error) => tracing::error!(%error, "config_reload_failed"),
                     }
-                    Err(error) => tracing::error!(%error, "config_reload_failed"),
                 }
             }
             server.reload_transports();
             let hooks = server.broker.hooks.clone();
             let _ = tokio::task::spawn_blocking(move || hooks.reload()).await;
-            if let Some(path) = &config_path {
-                match bridges_of(path) {
-                    Ok(bridges) => {
-                        server.reload_bridges(bridges).await;
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, "bridges_reload_failed_keeping_the_running_ones")
-                    }
+            // A file that does not load (or asks for what cannot run) changes nothing else.
+            let config = match reloaded {
+                None => continue,
+                Some((_, Ok(config))) => config,
+                Some((_, Err(error))) => {
+                    tracing::error!(error = %format!("{error:#}"), "config_reload_failed_keeping_the_running_settings");
+                    continue;
                 }
+            };
+            let report = server.reload(&config).await;
+            server.reload_bridges(config.bridges).await;
+            if !report.errors.is_empty() {
+                tracing::error!(errors = %report.errors.join("; "), "config_reload_incomplete");
             }
         }
         tracing::info!("shutdown_requested");
@@ -360,6 +349,34 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("hayate_stopped");
         Ok(())
     })
+}
+
+/// The command line over the file (at start and again on each reload): listeners,
+/// threads, log level, data directory, cluster, durability, HTTP listener.
+fn apply_overrides(config: &mut Config, args: &ServeArgs) {
+    if !args.listen.is_empty() {
+        config.server.listen = args.listen.clone();
+    }
+    if let Some(threads) = args.threads {
+        config.server.threads = threads;
+    }
+    if let Some(level) = &args.log_level {
+        config.server.log_level = level.clone();
+    }
+    if let Some(dir) = &args.data_dir {
+        config.storage.dir = Some(dir.clone());
+    }
+    apply_cluster_args(config, args);
+    if let Some(mode) = args.durability {
+        config.storage.durability = match mode {
+            DurabilityArg::Batched => Durability::Batched,
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::Off => Durability::Off,
+        };
+    }
+    if let Some(addr) = &args.http {
+        config.http.listen = Some(addr.clone());
+    }
 }
 
 /// `--node-name`, `--cluster-listen`, `--join` over the file's `[cluster]`.
@@ -380,9 +397,11 @@ fn apply_cluster_args(config: &mut Config, args: &ServeArgs) {
     }
 }
 
-/// The bridges of the configuration file read again (SIGHUP), checked as at start.
-fn bridges_of(path: &Path) -> anyhow::Result<Vec<mosquitto::BridgeConfig>> {
-    let config = Config::load(path)?;
+/// The configuration file read again (SIGHUP) with the command line over it, checked as at
+/// start (bridges included).
+fn reloaded_config(path: &Path, args: &ServeArgs) -> anyhow::Result<Config> {
+    let mut config = Config::load(path)?;
+    apply_overrides(&mut config, args);
     config.validate()?;
     for bridge in &config.bridges {
         bridge
@@ -398,23 +417,17 @@ fn bridges_of(path: &Path) -> anyhow::Result<Vec<mosquitto::BridgeConfig>> {
         }
     }
     config.ensure_runnable()?;
-    Ok(config.bridges)
+    Ok(config)
 }
 
 /// On SIGHUP: the log level from the configuration file read again (a `--log-level` on the
-/// command line keeps precedence). Other keys of the file take effect at the next start.
-fn reload_log_level(args: &ServeArgs, logging: &mut logging::Logging) {
-    let (Some(path), None) = (&args.config, &args.log_level) else {
+/// command line keeps precedence).
+fn reload_log_level(args: &ServeArgs, logging: &mut logging::Logging, config: &Config) {
+    if args.log_level.is_some() {
         return;
-    };
-    let level = match Config::load_file(path) {
-        Ok(loaded) => loaded.config.server.log_level,
-        Err(error) => {
-            tracing::error!(%error, "config_reload_failed");
-            return;
-        }
-    };
-    match logging.set_level(&level) {
+    }
+    let level = &config.server.log_level;
+    match logging.set_level(level) {
         Ok(true) => tracing::info!(level, "log_level_changed"),
         Ok(false) => {}
         Err(error) => tracing::error!(%error, "log_level_reload_failed"),

@@ -28,8 +28,7 @@ impl Channel {
         let version = connect.protocol;
         self.version = version;
         self.bridge = connect.bridge && !version.is_v5();
-        let broker = self.broker.clone();
-        let config = &broker.config;
+        let config = self.broker.config();
         let v5 = version.is_v5();
 
         if self.info.over_capacity {
@@ -226,8 +225,10 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         let version = connect.protocol;
-        let broker = self.broker.clone();
-        let config = &broker.config;
+        let config = self.broker.config();
+        // What CONNACK announces holds for this connection until it ends, whatever a reload
+        // changes meanwhile.
+        self.max_qos = config.maximum_qos();
         let v5 = version.is_v5();
         let client_id = client.client_id.clone();
         let client = Arc::new(client);
@@ -376,7 +377,7 @@ impl Channel {
             if !config.retain_available {
                 properties.retain_available = Some(0);
             }
-            properties.maximum_packet_size = Some(config.max_packet_size);
+            properties.maximum_packet_size = Some(self.max_packet_size);
             properties.assigned_client_identifier = assigned.map(|id| id.as_ref().into());
             if config.topic_alias_maximum > 0 {
                 properties.topic_alias_maximum = Some(config.topic_alias_maximum);

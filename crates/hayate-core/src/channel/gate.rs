@@ -117,11 +117,11 @@ impl Channel {
     }
 
     fn backpressure_enabled(&self) -> bool {
-        self.broker.config.backpressure_stall_timeout_ms > 0
+        self.broker.limits().backpressure_stall_timeout_ms() > 0
     }
 
     fn stall_window(&self) -> Duration {
-        Duration::from_millis(self.broker.config.backpressure_stall_timeout_ms)
+        Duration::from_millis(self.broker.limits().backpressure_stall_timeout_ms())
     }
 
     /// Re-evaluates the read gate at `now`. While the subscriber waited on is congested and

@@ -25,8 +25,10 @@ impl Channel {
             .publish_received
             .count(publish.qos, publish.payload.len());
         let broker = self.broker.clone();
-        let config = &broker.config;
-        if publish.qos > config.maximum_qos() {
+        let retain_available = broker.retain_available();
+        let max_topic_levels = broker.limits().max_topic_levels();
+        let strategy = broker.router.strategy();
+        if publish.qos > self.max_qos {
             // [MQTT-3.2.2-11] a QoS above the announced Maximum QoS.
             return Err(self.close_with(
                 ReasonCode::QOS_NOT_SUPPORTED,
@@ -44,7 +46,7 @@ impl Channel {
                 out,
             ));
         }
-        if publish.retain && !config.retain_available {
+        if publish.retain && !retain_available {
             // [MQTT-3.2.2-14]
             return Err(self.close_with(
                 ReasonCode::RETAIN_NOT_SUPPORTED,
@@ -66,7 +68,7 @@ impl Channel {
             }
         };
         // [MQTT-3.3.2-2] no wildcards in a topic name; [MQTT-4.7.3-1] not empty.
-        let levels_ok = hayate_topic::topic_level_count(&publish.topic) <= config.max_topic_levels;
+        let levels_ok = hayate_topic::topic_level_count(&publish.topic) <= max_topic_levels;
         if hayate_topic::validate_topic_name(&publish.topic).is_err() || !levels_ok {
             self.forget_qos2(&publish, out);
             return Err(self.close_with(
@@ -158,7 +160,7 @@ impl Channel {
         } else {
             message
         };
-        let message = match (&self.client, config.shared_subscription_strategy) {
+        let message = match (&self.client, strategy) {
             (Some(client), SharedStrategy::HashClientId) => {
                 message.with_publisher_key(hayate_session::publisher_key(&client.client_id))
             }

@@ -72,14 +72,14 @@ impl Channel {
             }
         };
         let broker = self.broker.clone();
-        let config = &broker.config;
+        let limits = broker.limits();
         let shared = match hayate_topic::parse_shared(filter) {
             Ok(shared) => shared,
             Err(_) => return Ok(failure(ReasonCode::TOPIC_FILTER_INVALID)),
         };
         let inner = shared.as_ref().map_or(filter, |s| s.filter);
         if hayate_topic::validate_topic_filter(inner).is_err()
-            || hayate_topic::topic_level_count(inner) > config.max_topic_levels
+            || hayate_topic::topic_level_count(inner) > limits.max_topic_levels()
         {
             return Ok(failure(ReasonCode::TOPIC_FILTER_INVALID));
         }
@@ -104,7 +104,7 @@ impl Channel {
         let Some(cell) = self.cell.clone() else {
             return Ok(failure(ReasonCode::UNSPECIFIED_ERROR));
         };
-        let max_subscriptions = config.max_subscriptions_per_client;
+        let max_subscriptions = limits.max_subscriptions_per_client();
         let over_quota = self.with_session(out, |state, _| {
             !state.subscriptions.contains_key(filter)
                 && state.subscriptions.len() >= max_subscriptions
@@ -113,7 +113,7 @@ impl Channel {
             return Ok(failure(ReasonCode::QUOTA_EXCEEDED));
         }
         // §3.8.4: grant at most the server's maximum QoS; the SUBACK shows it [MQTT-3.8.4-7].
-        options.qos = options.qos.min(config.maximum_qos());
+        options.qos = options.qos.min(self.max_qos);
         if self.version != ProtocolVersion::V5 {
             // A v3 bridge (Mosquitto's bridge bit) is not sent its own messages back, which
             // would loop between two bridged brokers, and gets retain flags as published, as
@@ -158,7 +158,7 @@ impl Channel {
                 .into_iter()
                 .filter(|message| {
                     catch_up_wanted(message, &state.subscriptions, session_id, options)
-                        && !(send_retained && message.retain && config.retain_available)
+                        && !(send_retained && message.retain && broker.retain_available())
                 })
                 .collect();
             state.subscriptions.insert(filter.into(), record);

@@ -24,7 +24,7 @@ pub enum TransportKind {
 }
 
 /// One `[[listener]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Name in logs and for the authentication settings (default: the transport and address).
@@ -138,6 +138,26 @@ impl ListenerConfig {
             };
             format!("{kind}@{}", self.bind)
         })
+    }
+
+    /// The same endpoint: address, transport and transport settings (TLS and PSK files and
+    /// options, WebSocket path, handshake cap) and role. A reload keeps such a listener
+    /// running and applies the rest (name, connection limits and rate, inbound rates,
+    /// anonymous access, identity as user name) to its new connections; a listener whose
+    /// endpoint changed is stopped and started again.
+    pub fn same_endpoint(&self, other: &ListenerConfig) -> bool {
+        self.bind == other.bind
+            && self.transport == other.transport
+            && self.cert_file == other.cert_file
+            && self.key_file == other.key_file
+            && self.ca_file == other.ca_file
+            && self.require_certificate == other.require_certificate
+            && self.psk_file == other.psk_file
+            && self.psk_hint == other.psk_hint
+            && self.psk_ciphers == other.psk_ciphers
+            && self.ws_path == other.ws_path
+            && self.max_concurrent_handshakes == other.max_concurrent_handshakes
+            && self.role == other.role
     }
 
     /// Checks that the settings the transport needs are there; the message names the key.

@@ -483,13 +483,13 @@ impl Session {
     /// the memory budget leave no room.
     pub fn restore_queued(&mut self, mut delivery: Delivery) -> bool {
         let weight = delivery.weight();
-        if self.held_messages() >= self.limits.max_queued_messages
-            || self.held_bytes + weight > self.limits.max_queued_bytes
+        if self.held_messages() >= self.limits.max_queued_messages()
+            || self.held_bytes + weight > self.limits.max_queued_bytes()
         {
             return false;
         }
         let charge = weight + DELIVERY_OVERHEAD_BYTES;
-        if let Some(budget) = &self.limits.budget {
+        if let Some(budget) = self.limits.budget() {
             if !budget.try_charge(charge) {
                 return false;
             }
