@@ -20,7 +20,7 @@ mod link;
 mod node;
 
 pub use config::{ClusterConfig, ClusterConfigError};
-pub use node::{attach, start, ClusterHandle};
+pub use node::{attach, start, ClusterHandle, LeaveSwitch};
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 

@@ -25,6 +25,9 @@ use tokio::task::JoinHandle;
 /// its peer session, where messages and claims for it wait, as for a node that failed, until
 /// it returns or `dead_node_grace_secs` pass; but its absence is no split.
 const STOPPING_KEY: &str = "stopping";
+/// Set by a node that leaves the cluster for good (`hayate cluster leave`): the others forget
+/// it at once (its peer session there ends, with what was queued for it).
+const LEAVING_KEY: &str = "leaving";
 /// The gossip cluster id: nodes of other systems on the same port are not mixed in.
 const CLUSTER_ID: &str = "hayate";
 /// Answers to claims waiting for the node task.
@@ -50,9 +53,31 @@ struct Peer {
 /// The running cluster side of a node.
 pub struct ClusterHandle {
     task: JoinHandle<()>,
+    leave: LeaveSwitch,
+}
+
+/// Turned on before the server shuts down, makes the node leave the cluster for good (the
+/// others forget it at once) instead of stopping (they wait for its return).
+#[derive(Debug, Clone, Default)]
+pub struct LeaveSwitch(Arc<std::sync::atomic::AtomicBool>);
+
+impl LeaveSwitch {
+    /// Leave for good at shutdown.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 impl ClusterHandle {
+    /// The switch that makes this node leave for good when the server shuts down.
+    pub fn leave_switch(&self) -> LeaveSwitch {
+        self.leave.clone()
+    }
+
     /// Waits until the node left the cluster (after the server's shutdown signal).
     pub async fn wait(self) {
         let _ = self.task.await;
@@ -139,8 +164,9 @@ pub async fn start(
         peers: HashMap::new(),
         last_status: String::new(),
     };
-    let task = tokio::spawn(node.run(chitchat, shutdown));
-    Ok(ClusterHandle { task })
+    let leave = LeaveSwitch::default();
+    let task = tokio::spawn(node.run(chitchat, shutdown, leave.clone()));
+    Ok(ClusterHandle { task, leave })
 }
 
 struct Node {
@@ -156,7 +182,12 @@ struct Node {
 }
 
 impl Node {
-    async fn run(mut self, chitchat: ChitchatHandle, mut shutdown: watch::Receiver<bool>) {
+    async fn run(
+        mut self,
+        chitchat: ChitchatHandle,
+        mut shutdown: watch::Receiver<bool>,
+        leave: LeaveSwitch,
+    ) {
         let mut live = chitchat.chitchat().lock().await.live_nodes_watcher();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let (Some(mut events), Some(mut answers)) =
@@ -169,7 +200,9 @@ impl Node {
             let snapshot: Vec<ChitchatId> = live
                 .borrow_and_update()
                 .iter()
-                .filter(|(_, state)| state.get(STOPPING_KEY).is_none())
+                .filter(|(_, state)| {
+                    state.get(STOPPING_KEY).is_none() && state.get(LEAVING_KEY).is_none()
+                })
                 .map(|(id, _)| id.clone())
                 .collect();
             self.reconcile(&snapshot, &live.borrow());
@@ -197,9 +230,15 @@ impl Node {
             }
         }
         // Stopping: the others keep what waits for this node, as for a node that failed, but
-        // do not count the cluster as split meanwhile.
+        // do not count the cluster as split meanwhile. Leaving: they forget it at once.
+        let key = if leave.is_set() {
+            LEAVING_KEY
+        } else {
+            STOPPING_KEY
+        };
+        tracing::info!(key, "cluster_announcing_shutdown");
         chitchat
-            .with_chitchat(|chitchat| chitchat.self_node_state().set(STOPPING_KEY, "1"))
+            .with_chitchat(|chitchat| chitchat.self_node_state().set(key, "1"))
             .await;
         tokio::time::sleep(self.gossip_interval * 3).await;
         for (_, peer) in self.peers.drain() {
@@ -306,6 +345,25 @@ impl Node {
     /// marks the others dead, and forgets those dead for longer than the grace period.
     fn reconcile(&mut self, live: &[ChitchatId], states: &BTreeMap<ChitchatId, NodeState>) {
         let now = Instant::now();
+        // Nodes that announced they leave for good are forgotten now.
+        let leaving: Vec<Arc<str>> = states
+            .iter()
+            .filter(|(id, state)| {
+                state.get(LEAVING_KEY).is_some()
+                    && self
+                        .peers
+                        .get(&id.node_id)
+                        .is_some_and(|p| p.generation == id.generation_id)
+            })
+            .map(|(id, _)| id.node_id.clone())
+            .collect();
+        for name in leaving {
+            if let Some(peer) = self.peers.remove(&name) {
+                let _ = peer.stop.send(true);
+            }
+            self.end_peer_session(&name, now);
+            tracing::info!(peer = %name, "cluster_node_left");
+        }
         // Nodes that announced they are stopping: away on purpose, not a split. (Not
         // forgotten yet: what waits for them here is theirs when they are back.)
         for (id, state) in states {

@@ -406,3 +406,17 @@ pub(crate) async fn cluster(State(state): State<Arc<AppState>>) -> Result<Json<V
             )
         })
 }
+
+/// Makes this node leave its cluster for good and shut down (`hayate cluster leave`): the
+/// other nodes forget it at once (`docs/CLUSTER.md`, "Status"); 202, as the shutdown goes on
+/// after the answer. 404 on a node that is not in a cluster.
+pub(crate) async fn leave_cluster(
+    State(state): State<Arc<AppState>>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Some(leave) = &state.sources.leave_cluster else {
+        return Err(not_found_error("this node is not in a cluster"));
+    };
+    tracing::warn!("admin_cluster_leave");
+    leave();
+    Ok((StatusCode::ACCEPTED, Json(json!({ "leaving": true }))))
+}

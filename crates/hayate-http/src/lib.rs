@@ -39,6 +39,8 @@ pub struct Sources {
     pub store: Option<Probe<StoreFigures>>,
     /// Each bridge's name and figures.
     pub bridges: Vec<(String, Probe<BridgeFigures>)>,
+    /// In a cluster: makes this node leave the cluster for good and shut down.
+    pub leave_cluster: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -46,6 +48,7 @@ impl std::fmt::Debug for Sources {
         f.debug_struct("Sources")
             .field("store", &self.store.is_some())
             .field("bridges", &self.bridges.len())
+            .field("leave_cluster", &self.leave_cluster.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -58,6 +61,7 @@ impl Sources {
             connections: None,
             store: None,
             bridges: Vec::new(),
+            leave_cluster: None,
         }
     }
 }
@@ -130,6 +134,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/subscriptions", get(admin::subscriptions))
         .route("/api/v1/bridges", get(admin::bridges))
         .route("/api/v1/cluster", get(admin::cluster))
+        .route("/api/v1/cluster/leave", post(admin::leave_cluster))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_credentials,

@@ -18,6 +18,7 @@ pub(crate) async fn start(
     store: Option<&Arc<hayate_storage::FjallStore>>,
     bridges: &hayate_bridge::BridgeSet,
     connections: Probe<Vec<ListenerConnections>>,
+    leave_cluster: Option<Arc<dyn Fn() + Send + Sync>>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<Option<SocketAddr>> {
     let Some(addr) = config.address().map_err(io::Error::other)? else {
@@ -26,6 +27,7 @@ pub(crate) async fn start(
     let access = config.access().map_err(io::Error::other)?;
     let mut sources = Sources::new(broker.clone());
     sources.connections = Some(connections);
+    sources.leave_cluster = leave_cluster;
     sources.store = store.map(|store| {
         let store = store.clone();
         Arc::new(move || {

@@ -78,6 +78,7 @@ impl Server {
             Some(dir) => Some(crate::storage::open(dir, &config.storage, &broker)?),
             None => None,
         };
+        let mut leave_cluster: Option<Arc<dyn Fn() + Send + Sync>> = None;
         if let (Some(cluster), Some(routes)) = (&config.cluster, cluster_routes) {
             let handle = hayate_cluster::start(
                 broker.clone(),
@@ -88,6 +89,13 @@ impl Server {
             )
             .await
             .map_err(io::Error::other)?;
+            // `hayate cluster leave` (the admin API): leave for good, then shut down.
+            let switch = handle.leave_switch();
+            let trigger = shutdown.clone();
+            leave_cluster = Some(Arc::new(move || {
+                switch.set();
+                let _ = trigger.send(true);
+            }));
             tasks.spawn(handle.wait());
         }
         let listeners = Arc::new(ListenerSet::new(
@@ -121,6 +129,7 @@ impl Server {
             store.as_ref(),
             &bridges,
             Arc::new(connections),
+            leave_cluster,
             shutdown_rx.clone(),
         )
         .await?;

@@ -4,7 +4,7 @@ use crate::{connect_packet, free_port, RawClient, Received};
 use hayate_codec::{Packet, ProtocolVersion, QoS};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 /// One node: its process, MQTT and cluster addresses, and its log file.
@@ -15,7 +15,7 @@ pub struct Node {
     pub mqtt: SocketAddr,
     /// Its cluster listener (gossip over UDP, links over TCP).
     pub cluster: SocketAddr,
-    /// Where its stderr goes.
+    /// Where its standard output and error go.
     pub log: PathBuf,
     child: Option<Child>,
     bin: PathBuf,
@@ -57,8 +57,9 @@ impl Node {
             command.arg("--join").arg(join.join(","));
         }
         command.args(&self.extra);
+        // Logs go to standard output.
         let child = command
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
             .stderr(log)
             .spawn()
             .expect("hayate serve starts");

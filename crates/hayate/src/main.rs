@@ -51,6 +51,17 @@ enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make a node leave its cluster for good and shut down, through its admin API (`POST
+    /// /api/v1/cluster/leave`, docs/ADMIN.md): the other nodes forget it at once. (A node
+    /// stopped with SIGTERM is expected back; the others keep what they hold for it.)
+    Leave {
+        /// The node's HTTP listener ([http] listen).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
+        http: SocketAddr,
+        /// Its bearer token ([http] token).
+        #[arg(long, env = "HAYATE_HTTP_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +179,17 @@ fn cluster_command(command: ClusterCommand) -> anyhow::Result<()> {
             } else {
                 print!("{}", status.render());
             }
+            Ok(())
+        }
+        ClusterCommand::Leave { http, token } => {
+            let mut request = ureq::post(format!("http://{http}/api/v1/cluster/leave"));
+            if let Some(token) = token {
+                request = request.header("Authorization", format!("Bearer {token}"));
+            }
+            request
+                .send_empty()
+                .with_context(|| format!("asking the node at {http} to leave"))?;
+            println!("the node at {http} is leaving the cluster and shutting down");
             Ok(())
         }
     }
@@ -301,7 +323,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // and SCRAM files, JWT key, certificates, PSK keys), keeping the old ones on error,
         // and applies the configuration file's limits, listeners, log level and bridges
         // (docs/OPERATIONS.md), naming what needs a restart.
-        let mut signals = Signals::new();
+        let mut signals = Signals::new(server.shutdown_trigger().subscribe());
         while let Signal::Hangup = signals.next().await {
             if let Err(error) = logging.reopen() {
                 tracing::error!(%error, "log_file_reopen_failed");
@@ -439,18 +461,21 @@ enum Signal {
     Hangup,
 }
 
-/// The process signals the broker acts on.
+/// The process signals the broker acts on, and a shutdown started from within (the admin
+/// API's cluster leave).
 struct Signals {
     terminate: Option<tokio::signal::unix::Signal>,
     hangup: Option<tokio::signal::unix::Signal>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Signals {
-    fn new() -> Signals {
+    fn new(shutdown: tokio::sync::watch::Receiver<bool>) -> Signals {
         use tokio::signal::unix::{signal, SignalKind};
         Signals {
             terminate: signal(SignalKind::terminate()).ok(),
             hangup: signal(SignalKind::hangup()).ok(),
+            shutdown,
         }
     }
 
@@ -467,6 +492,7 @@ impl Signals {
             _ = tokio::signal::ctrl_c() => Signal::Stop,
             _ = recv(&mut self.terminate) => Signal::Stop,
             _ = recv(&mut self.hangup) => Signal::Hangup,
+            _ = self.shutdown.wait_for(|stopping| *stopping) => Signal::Stop,
         }
     }
 }

@@ -511,3 +511,56 @@ async fn the_admin_api_shows_the_cluster() {
     assert_eq!(body["nodes"]["n2"]["live"], true);
     assert_eq!(body["nodes"]["n2"]["link_up"], true);
 }
+
+/// `hayate cluster leave` (the admin API) makes a node leave for good: it shuts down, and the
+/// others forget it at once instead of keeping what they hold for it as for a stopped node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_leaves_for_good_with_hayate_cluster_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let http: std::net::SocketAddr = ([127, 0, 0, 1], hayate_testkit::free_port()).into();
+    let conf = dir.path().join("http.toml");
+    std::fs::write(
+        &conf,
+        format!("[http]\nlisten = \"{http}\"\ntoken = \"secret-token\"\n"),
+    )
+    .unwrap();
+    let conf = conf.to_string_lossy().into_owned();
+    let n1 = Node::start(bin(), dir.path(), "n1", &[], &["-c", &conf]);
+    let n2 = Node::start(bin(), dir.path(), "n2", &[n1.cluster], &[]);
+    n1.wait_listening().await;
+    n2.wait_listening().await;
+    n2.wait_sees(&["n1"], Duration::from_secs(20)).await;
+
+    // A wrong token is refused, and nothing happens.
+    let refused = std::process::Command::new(bin())
+        .args([
+            "cluster",
+            "leave",
+            "--http",
+            &http.to_string(),
+            "--token",
+            "wrong",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let left = std::process::Command::new(bin())
+        .args(["cluster", "leave", "--http", &http.to_string()])
+        .env("HAYATE_HTTP_TOKEN", "secret-token")
+        .output()
+        .unwrap();
+    assert!(
+        left.status.success(),
+        "{}",
+        String::from_utf8_lossy(&left.stderr)
+    );
+    wait_status(&n2, "forgets n1", |s| s["nodes"].get("n1").is_none()).await;
+    // n1 shut down.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while tokio::net::TcpStream::connect(n1.mqtt).await.is_ok() {
+        assert!(Instant::now() < deadline, "n1 still listening");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = n1.log_text();
+    assert!(log.contains("admin_cluster_leave"), "{log}");
+}
