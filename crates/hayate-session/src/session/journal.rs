@@ -294,10 +294,13 @@ impl Session {
         let Some(journal) = self.journal() else {
             return false;
         };
+        // A drop-oldest queue stays in memory (bounded by its own limits; `overflow.rs`): it
+        // spills only to stay behind entries restored on disk, until they are read back.
         delivery.qos != QoS::AtMostOnce
             && (journal.spill.is_some()
-                || (self.connection.is_none() && delivery.shared_group.is_none())
-                || self.pending.len() >= RESIDENT_LIMIT)
+                || (!self.drops_oldest()
+                    && ((self.connection.is_none() && delivery.shared_group.is_none())
+                        || self.pending.len() >= RESIDENT_LIMIT)))
     }
 
     /// Queues `delivery` on disk only (see [`Session::spills`]).
@@ -329,7 +332,7 @@ impl Session {
     /// At detach: the stored deliveries waiting in memory go to disk only (they are there
     /// already); the ones in flight stay, to be sent again.
     pub(super) fn spill_resident(&mut self) {
-        if self.journal().is_none() {
+        if self.journal().is_none() || self.drops_oldest() {
             return;
         }
         let mut kept = VecDeque::with_capacity(self.pending.len());
@@ -362,8 +365,11 @@ impl Session {
 
     /// A page to read from the store, when the client is attached, entries are on disk and
     /// few are left in memory: `(from_seq, max)`. Asks once until [`Session::apply_page`].
+    /// A drop-oldest queue reads every page back, attached or not (it stays in memory).
     pub fn take_page_request(&mut self) -> Option<(u64, usize)> {
-        if self.connection.is_none() || self.pending.len() >= RESIDENT_LIMIT / 2 {
+        if !self.drops_oldest()
+            && (self.connection.is_none() || self.pending.len() >= RESIDENT_LIMIT / 2)
+        {
             return None;
         }
         let spill = self.journal_mut()?.spill.as_mut()?;
@@ -380,7 +386,7 @@ impl Session {
     /// added (the caller wakes the connection). A page that no longer fits (the session was
     /// spilled again meanwhile) is ignored; it is asked for again.
     pub fn apply_page(&mut self, from_seq: u64, page: Vec<Delivery>, exhausted: bool) -> bool {
-        let attached = self.connection.is_some();
+        let attached = self.connection.is_some() || self.drops_oldest();
         let Some(spill) = self
             .journal_mut()
             .and_then(|journal| journal.spill.as_mut())
@@ -420,6 +426,10 @@ impl Session {
             if spill.count == 0 {
                 journal.spill = None;
             }
+        }
+        if self.drops_oldest() {
+            // A queue restored larger than its limits keeps its newest entries.
+            self.trim();
         }
         applied > 0
     }
