@@ -26,6 +26,9 @@ pub struct Broker {
     /// The broker-wide account of queued message bytes (`max_queued_bytes_total`).
     pub memory: Arc<MemoryBudget>,
     session_limits: Arc<SessionLimits>,
+    /// Client id → its own queue limits (`crate::queues`: bridges).
+    pub(crate) queue_overrides:
+        parking_lot::Mutex<std::collections::HashMap<Arc<str>, Arc<SessionLimits>>>,
     /// Authentication and authorisation.
     pub hooks: Arc<dyn AuthHook>,
     timers: Timers,
@@ -48,7 +51,9 @@ impl Broker {
                 max_inflight: config.max_inflight_messages,
                 queue_qos0_offline: config.queue_qos0_offline,
                 budget: Some(memory),
+                queue_full: hayate_session::QueueFull::DropNewest,
             }),
+            queue_overrides: parking_lot::Mutex::default(),
             config,
             registry: Registry::default(),
             stats: Stats::default(),

@@ -162,6 +162,15 @@ impl Attached {
                     doorbell.notify_one();
                 }
             }
+            // A drop-oldest queue is read back whole, attached or not (`crate::queues`);
+            // an attached session asks for its next page as it drains.
+            let next = (added && !state.session.is_attached())
+                .then(|| state.session.take_page_request())
+                .flatten();
+            drop(state);
+            if let Some((from_seq, max)) = next {
+                attached.read_page(&target, from_seq, max);
+            }
         });
         self.store.read_page(&cell.client_id, from_seq, max, reply);
     }
@@ -412,7 +421,7 @@ impl Broker {
         report: &mut Restored,
     ) -> Arc<SessionCell> {
         let client_id: Arc<str> = Arc::from(record.client_id.as_str());
-        let limits = self.session_limits();
+        let limits = self.session_limits_for(&client_id);
         let cell = self
             .registry
             .open(&client_id, true, || {
