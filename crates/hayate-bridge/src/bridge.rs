@@ -377,6 +377,8 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
     bridge.notify_local(false);
     // A bridge stopped for good leaves its session (when it stays) with the broker's limits;
     // one started again sets its own again.
-    bridge.broker.set_queue_limits(&bridge.local.client_id, None);
+    bridge
+        .broker
+        .set_queue_limits(&bridge.local.client_id, None);
     tracing::info!(bridge = %name, "bridge_stopped");
 }

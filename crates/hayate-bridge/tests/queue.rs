@@ -82,7 +82,13 @@ async fn publish_range(client: &mut RawClient, from: usize, to: usize, len: usiz
         let batch = (to - n).min(100);
         for i in 0..batch {
             let id = ((n + i) % 65_535 + 1) as u16;
-            let packet = publish_packet("q/m", &payload(n + i, len), QoS::AtLeastOnce, false, Some(id));
+            let packet = publish_packet(
+                "q/m",
+                &payload(n + i, len),
+                QoS::AtLeastOnce,
+                false,
+                Some(id),
+            );
             client.send(Packet::Publish(packet)).await;
         }
         for _ in 0..batch {
@@ -110,12 +116,18 @@ async fn numbers_until(client: &mut RawClient, last: usize) -> Vec<usize> {
         match client.recv_timeout(wait).await {
             Received::Packet(Packet::Publish(p)) => {
                 client.ack(&p).await;
-                let number = std::str::from_utf8(&p.payload[..6]).unwrap().parse().unwrap();
+                let number = std::str::from_utf8(&p.payload[..6])
+                    .unwrap()
+                    .parse()
+                    .unwrap();
                 got.push(number);
             }
             Received::Packet(_) => {}
             Received::Timeout if seen_last => return got,
-            other => panic!("{last} never arrived ({other:?}); got {} messages", got.len()),
+            other => panic!(
+                "{last} never arrived ({other:?}); got {} messages",
+                got.len()
+            ),
         }
     }
 }
@@ -124,7 +136,9 @@ async fn numbers_until(client: &mut RawClient, last: usize) -> Vec<usize> {
 /// returns it; panics with the last value seen after 10 s.
 async fn sys_value(hayate: &TestBroker, key: &str, want: impl Fn(u64) -> bool) -> u64 {
     let topic = format!("$SYS/broker/bridge/{NAME}/{key}");
-    let mut client = hayate.client(ProtocolVersion::V5, &format!("sys-{key}")).await;
+    let mut client = hayate
+        .client(ProtocolVersion::V5, &format!("sys-{key}"))
+        .await;
     client.subscribe(&topic, QoS::AtMostOnce, 1).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut last = None;
@@ -146,7 +160,13 @@ async fn sys_value(hayate: &TestBroker, key: &str, want: impl Fn(u64) -> bool) -
 
 /// With the link down, `total` messages of `len` bytes are published; when it is back, exactly
 /// the newest `kept` arrive, in order, and `total - kept` were counted as dropped.
-async fn outage_keeps_the_newest(protocol: BridgeProtocol, config: impl FnOnce(&mut BridgeConfig), total: usize, len: usize, kept: usize) {
+async fn outage_keeps_the_newest(
+    protocol: BridgeProtocol,
+    config: impl FnOnce(&mut BridgeConfig),
+    total: usize,
+    len: usize,
+    kept: usize,
+) {
     let mut s = setup(protocol).await;
     config(&mut s.config);
     let v = match protocol {
@@ -164,8 +184,14 @@ async fn outage_keeps_the_newest(protocol: BridgeProtocol, config: impl FnOnce(&
     let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
     publish_range(&mut local_pub, 0, total, len).await;
     let dropped = (total - kept) as u64;
-    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == dropped).await, dropped);
-    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == kept as u64).await, kept as u64);
+    assert_eq!(
+        sys_value(&hayate, "queue/dropped", |v| v == dropped).await,
+        dropped
+    );
+    assert_eq!(
+        sys_value(&hayate, "queue/messages", |v| v == kept as u64).await,
+        kept as u64
+    );
 
     s.proxy.set_blocked(false);
     wait_for_state(&mut state, b"1").await;
@@ -219,7 +245,10 @@ async fn the_queue_survives_a_restart_still_bounded() {
     let mut s = setup(BridgeProtocol::Mqttv311).await;
     s.config.max_queued_messages = Some(30);
     let data = tempfile::tempdir().unwrap();
-    let mut remote_sub = s.mosquitto.client(ProtocolVersion::V311, "remote-sub", true).await;
+    let mut remote_sub = s
+        .mosquitto
+        .client(ProtocolVersion::V311, "remote-sub", true)
+        .await;
     remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
     let hayate = start_hayate(&s.config, Some(data.path())).await;
     let mut state = state_watcher(&hayate).await;
@@ -248,7 +277,11 @@ async fn the_queue_survives_a_restart_still_bounded() {
     s.proxy.set_blocked(false);
     wait_for_state(&mut state, b"1").await;
     let got = numbers_until(&mut remote_sub, 119).await;
-    assert_eq!(got, (90..120).collect::<Vec<_>>(), "the newest 30, in order");
+    assert_eq!(
+        got,
+        (90..120).collect::<Vec<_>>(),
+        "the newest 30, in order"
+    );
 }
 
 /// Resident memory of this process, in bytes (`/proc/self/statm`).
@@ -278,7 +311,13 @@ async fn memory_stays_bounded_through_an_outage() {
     let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
     let mut peak = 0;
     for chunk in 0..10 {
-        publish_range(&mut local_pub, chunk * TOTAL / 10, (chunk + 1) * TOTAL / 10, LEN).await;
+        publish_range(
+            &mut local_pub,
+            chunk * TOTAL / 10,
+            (chunk + 1) * TOTAL / 10,
+            LEN,
+        )
+        .await;
         peak = peak.max(rss_bytes());
         let bytes = sys_value(&hayate, "queue/bytes", |_| true).await;
         assert!(bytes <= LIMIT_BYTES as u64, "queue holds {bytes} bytes");
@@ -290,7 +329,10 @@ async fn memory_stays_bounded_through_an_outage() {
         kept as u64
     );
     let dropped = (TOTAL - kept) as u64;
-    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == dropped).await, dropped);
+    assert_eq!(
+        sys_value(&hayate, "queue/dropped", |v| v == dropped).await,
+        dropped
+    );
     let grown = peak.saturating_sub(before);
     eprintln!("rss before {before}, peak {peak}, grown {grown}");
     assert!(

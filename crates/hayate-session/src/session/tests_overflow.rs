@@ -103,7 +103,10 @@ fn messages_in_flight_are_not_dropped() {
         session.enqueue(numbered(n, QoS::ExactlyOnce));
     }
     // Two go in flight (window 2), then the link drops.
-    assert_eq!(publish_ids(&drain(&mut session, ProtocolVersion::V5, now)).len(), 2);
+    assert_eq!(
+        publish_ids(&drain(&mut session, ProtocolVersion::V5, now)).len(),
+        2
+    );
     session.detach();
     for n in 3..6 {
         session.enqueue(numbered(n, QoS::ExactlyOnce));

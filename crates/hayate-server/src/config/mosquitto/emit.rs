@@ -383,7 +383,10 @@ fn bridge_options(table: &mut Table, b: &BridgeConfig) {
             "max_queued_messages",
             b.max_queued_messages.map(|v| v.to_string()),
         ),
-        ("max_queued_bytes", b.max_queued_bytes.map(|v| v.to_string())),
+        (
+            "max_queued_bytes",
+            b.max_queued_bytes.map(|v| v.to_string()),
+        ),
     ];
     for (key, value) in numbers {
         if let Some(value) = value {
