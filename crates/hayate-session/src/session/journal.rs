@@ -414,12 +414,14 @@ impl Session {
         let Some(journal) = self.journal_mut() else {
             return false;
         };
+        let allocated_since = journal.next_seq.saturating_sub(next_seq);
         if let Some(spill) = journal.spill.as_mut() {
             spill.first_seq = next_seq;
             spill.count = if exhausted && applied == taken {
                 // Everything on disk when the page was read is in memory now; what is left
-                // came in meanwhile.
-                spill.added_while_reading
+                // came in meanwhile, minus what of it the read already saw (every entry queued
+                // while a spill exists is spilled, under consecutive seqs).
+                spill.added_while_reading.min(allocated_since)
             } else {
                 spill.count.saturating_sub(applied)
             };

@@ -230,3 +230,31 @@ fn a_restored_drop_oldest_queue_is_read_back_while_detached_and_trimmed() {
     let sent = drain(&mut session, ProtocolVersion::V5, Instant::now());
     assert_eq!(topics(&sent), ["t/3", "t/4", "t/99"]);
 }
+
+/// A page read after new entries were written holds some of them: they are not counted as
+/// still on disk (which would make the queue look fuller than it is and drop too many).
+#[test]
+fn a_page_that_saw_entries_queued_while_it_was_read_drops_no_more_than_the_excess() {
+    let (limits, dropped) = drop_oldest(3, usize::MAX);
+    let mut session = Session::new(limits);
+    session.enable_journal(4);
+    session.restore_spilled(1, 3);
+    let (from, _) = session.take_page_request().expect("reads while detached");
+    // Two new entries (seqs 4 and 5) are queued while the page is read, and the read sees them.
+    session.enqueue(numbered(4, QoS::AtLeastOnce));
+    session.enqueue(numbered(5, QoS::AtLeastOnce));
+    let page: Vec<Delivery> = (1..=5)
+        .map(|seq| {
+            let mut d = numbered(seq as usize, QoS::AtLeastOnce);
+            d.seq = seq;
+            d
+        })
+        .collect();
+    session.apply_page(from, page, true);
+    assert_eq!(session.spilled(), 0);
+    assert_eq!(session.held_messages(), 3);
+    assert_eq!(dropped.load(Ordering::Relaxed), 2);
+    session.attach(params(ProtocolVersion::V5, 10));
+    let sent = drain(&mut session, ProtocolVersion::V5, Instant::now());
+    assert_eq!(topics(&sent), ["t/3", "t/4", "t/5"]);
+}
