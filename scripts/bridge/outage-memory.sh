@@ -77,7 +77,7 @@ qos = 1
 TOML
 STORE_ARGS=()
 [ "${STORAGE:-0}" = 1 ] && STORE_ARGS=(--data-dir "$WORK/data")
-"$HAYATE" serve -c "$WORK/hayate.toml" --log-level warn "${STORE_ARGS[@]}" 2>"$WORK/hayate.log" &
+"$HAYATE" serve -c "$WORK/hayate.toml" --log-level warn "${STORE_ARGS[@]}" >"$WORK/hayate.log" 2>&1 &
 HAYATE_PID=$!
 for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$MQTT_PORT") 2>/dev/null && break
