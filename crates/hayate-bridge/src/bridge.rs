@@ -7,7 +7,7 @@ use crate::local::LocalSettings;
 use crate::mapping::TopicMap;
 use crate::retained::{RetainedChanges, Watcher};
 use hayate_codec::{Properties, Publish, QoS, Will};
-use hayate_core::Broker;
+use hayate_core::{Broker, QueueLimits};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,11 +33,39 @@ pub struct BridgeStats {
     /// Retained messages (or deletions) sent again after an outage because they changed
     /// while the link was down.
     pub retained_replayed: AtomicU64,
+    /// Outgoing messages dropped because the bridge's queue was full (the oldest waiting
+    /// ones, to make room for newer ones).
+    pub queue_dropped: Arc<AtomicU64>,
+    /// Where the queue's figures are read: the broker and the bridge's local client id.
+    queue: std::sync::OnceLock<(std::sync::Weak<Broker>, String)>,
+}
+
+/// What the bridge's outgoing queue holds now.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueFigures {
+    /// Messages waiting or in flight (in memory or on disk).
+    pub messages: u64,
+    /// Payload + topic bytes of the messages in memory.
+    pub bytes: u64,
 }
 
 impl BridgeStats {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The outgoing queue's figures now (zero before the bridge's local session exists).
+    pub fn queue(&self) -> QueueFigures {
+        let Some((broker, client_id)) = self.queue.get() else {
+            return QueueFigures::default();
+        };
+        broker
+            .upgrade()
+            .and_then(|broker| broker.queue_figures(client_id))
+            .map_or_else(QueueFigures::default, |(messages, bytes)| QueueFigures {
+                messages: messages as u64,
+                bytes: bytes as u64,
+            })
     }
 }
 
@@ -209,6 +237,26 @@ pub fn spawn(
         bridge_name: config.name.clone(),
     };
     let stats = Arc::new(BridgeStats::default());
+    let _ = stats
+        .queue
+        .set((Arc::downgrade(&broker), local.client_id.clone()));
+    broker.set_queue_limits(
+        &local.client_id,
+        Some(QueueLimits {
+            max_messages: config
+                .max_queued_messages
+                .unwrap_or(broker.config().max_queued_messages),
+            max_bytes: config
+                .max_queued_bytes
+                .unwrap_or(broker.config().max_queued_bytes),
+            dropped: stats.queue_dropped.clone(),
+        }),
+    );
+    tokio::spawn(log_queue_drops(
+        config.name.clone(),
+        stats.clone(),
+        shutdown.clone(),
+    ));
     let bridge = Bridge {
         topics: TopicMap::new(&config.topics),
         broker,
@@ -226,6 +274,41 @@ pub fn spawn(
     let name = bridge.config.name.clone();
     let task = tokio::spawn(run(bridge, shutdown));
     BridgeHandle { name, stats, task }
+}
+
+/// How often, at most, a bridge logs the messages its full queue dropped.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Logs `bridge_queue_full_dropped_oldest` at most once per [`DROP_LOG_INTERVAL`] while the
+/// bridge's queue drops messages, until shutdown.
+async fn log_queue_drops(
+    name: String,
+    stats: Arc<BridgeStats>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut logged = stats.queue_dropped.load(Ordering::Relaxed);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(DROP_LOG_INTERVAL) => {}
+            _ = shutdown.changed() => {}
+        }
+        let total = stats.queue_dropped.load(Ordering::Relaxed);
+        if total > logged {
+            let queue = stats.queue();
+            tracing::warn!(
+                bridge = %name,
+                dropped = total - logged,
+                total,
+                queued = queue.messages,
+                queued_bytes = queue.bytes,
+                "bridge_queue_full_dropped_oldest"
+            );
+            logged = total;
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+    }
 }
 
 async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
@@ -292,5 +375,10 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
         watcher.finish().await;
     }
     bridge.notify_local(false);
+    // A bridge stopped for good leaves its session (when it stays) with the broker's limits;
+    // one started again sets its own again.
+    bridge
+        .broker
+        .set_queue_limits(&bridge.local.client_id, None);
     tracing::info!(bridge = %name, "bridge_stopped");
 }

@@ -125,6 +125,14 @@ pub struct BridgeConfig {
     /// TLS-PSK: key in hexadecimal.
     #[serde(default)]
     pub psk: Option<String>,
+    /// Most messages in the bridge's outgoing queue (waiting plus in flight); past it the
+    /// oldest waiting ones are dropped (default: the broker's `max_queued_messages`).
+    #[serde(default)]
+    pub max_queued_messages: Option<usize>,
+    /// Most payload + topic bytes in the bridge's outgoing queue; past it the oldest waiting
+    /// messages are dropped (default: the broker's `max_queued_bytes`).
+    #[serde(default)]
+    pub max_queued_bytes: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -281,6 +289,8 @@ impl BridgeConfig {
             alpn: None,
             identity: None,
             psk: None,
+            max_queued_messages: None,
+            max_queued_bytes: None,
         }
     }
 
@@ -317,6 +327,12 @@ impl BridgeConfig {
             if topic.pattern.is_empty() && topic.local_prefix.is_empty() {
                 return Err("topic \"\" needs a local prefix".into());
             }
+        }
+        if self.max_queued_messages == Some(0) {
+            return Err("bridge_max_queued_messages must be at least 1".into());
+        }
+        if self.max_queued_bytes == Some(0) {
+            return Err("bridge_max_queued_bytes must be at least 1".into());
         }
         let cap = self.restart_timeout_cap_secs;
         if cap != 0 && cap < self.restart_timeout_secs {

@@ -21,7 +21,7 @@ mod set;
 mod transport;
 
 pub use backoff::{AddressCycle, Backoff};
-pub use bridge::{spawn, unsupported, BridgeHandle, BridgeStats};
+pub use bridge::{spawn, unsupported, BridgeHandle, BridgeStats, QueueFigures};
 pub use set::{BridgeSet, Reload};
 
 /// Why a bridge's link ended (each is logged, then the bridge backs off and reconnects).

@@ -93,6 +93,7 @@ fn session_limits(config: &BrokerConfig, budget: Option<Arc<MemoryBudget>>) -> S
         max_inflight: config.max_inflight_messages,
         queue_qos0_offline: config.queue_qos0_offline,
         budget,
+        queue_full: hayate_session::QueueFull::DropNewest,
     }
 }
 
@@ -113,6 +114,9 @@ pub struct Broker {
     session_limits: Arc<SharedLimits>,
     /// `retain_available` as the broker started (it needs a restart to change).
     retain_available: bool,
+    /// Client id → its own queue limits (`crate::queues`: bridges).
+    pub(crate) queue_overrides:
+        parking_lot::Mutex<std::collections::HashMap<Arc<str>, Arc<SharedLimits>>>,
     /// Authentication and authorisation.
     pub hooks: Arc<dyn AuthHook>,
     timers: Timers,
@@ -131,6 +135,7 @@ impl Broker {
             memory: memory.clone(),
             session_limits: Arc::new(SharedLimits::new(session_limits(&config, Some(memory)))),
             retain_available: config.retain_available,
+            queue_overrides: parking_lot::Mutex::default(),
             config: LiveConfig::new(config),
             registry: Registry::default(),
             stats: Stats::default(),

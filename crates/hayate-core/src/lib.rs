@@ -23,6 +23,7 @@ pub mod handoff;
 pub mod hooks;
 pub mod in_process;
 pub mod persist;
+pub mod queues;
 pub mod registry;
 pub mod router;
 pub mod stats;
@@ -39,6 +40,7 @@ pub use hooks::{
     ListenerRole, StaticPolicy,
 };
 pub use in_process::{InProcess, InProcessError};
+pub use queues::QueueLimits;
 pub use registry::SessionCell;
 pub use router::WakeList;
 pub use stats::{PublishCounts, Stats};

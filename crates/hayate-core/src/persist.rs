@@ -138,7 +138,20 @@ impl Attached {
         let attached = self.clone();
         let target = cell.clone();
         let reply = Box::new(move |entries: Vec<PageEntry>| {
-            attached.apply_page(&target, from_seq, max, entries);
+            if !attached.apply_page(&target, from_seq, max, entries) {
+                return;
+            }
+            // A drop-oldest queue is read back whole, attached or not (`crate::queues`);
+            // an attached session asks for its next page as it drains.
+            let next = {
+                let mut state = target.state.lock();
+                (!state.ended && !state.session.is_attached())
+                    .then(|| state.session.take_page_request())
+                    .flatten()
+            };
+            if let Some((from_seq, max)) = next {
+                attached.read_page(&target, from_seq, max);
+            }
         });
         self.store.read_page(&cell.client_id, from_seq, max, reply);
     }
@@ -470,7 +483,7 @@ impl Broker {
         report: &mut Restored,
     ) -> Arc<SessionCell> {
         let client_id: Arc<str> = Arc::from(record.client_id.as_str());
-        let limits = self.session_limits();
+        let limits = self.session_limits_for(&client_id);
         let cell = self
             .registry
             .open(&client_id, true, || {

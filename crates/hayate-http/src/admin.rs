@@ -378,6 +378,9 @@ pub(crate) async fn bridges(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "messages_out": f.messages_out,
                 "messages_in": f.messages_in,
                 "dropped": f.dropped,
+                "queue_dropped": f.queue_dropped,
+                "queued_messages": f.queued_messages,
+                "queued_bytes": f.queued_bytes,
             })
         })
         .collect();

@@ -85,8 +85,14 @@ pub struct BridgeFigures {
     pub messages_out: u64,
     /// Messages received from the remote broker.
     pub messages_in: u64,
-    /// Messages dropped by the bridge.
+    /// Messages received from the remote broker that no topic rule maps (dropped).
     pub dropped: u64,
+    /// Outgoing messages dropped because the bridge's queue was full (the oldest ones).
+    pub queue_dropped: u64,
+    /// Outgoing messages in the bridge's queue now (waiting and in flight).
+    pub queued_messages: u64,
+    /// Payload + topic bytes of the outgoing messages the bridge's queue holds in memory.
+    pub queued_bytes: u64,
 }
 
 /// The registry served at `/metrics`: one collector reading everything at scrape time.
@@ -533,9 +539,27 @@ impl BrokerCollector {
         )?;
         out.family(
             "hayate_bridge_dropped_messages",
-            "Messages the bridge dropped.",
+            "Messages received from the remote broker that no topic rule maps.",
             MetricType::Counter,
             &each(|f| f.dropped),
+        )?;
+        out.family(
+            "hayate_bridge_queue_dropped_messages",
+            "Outgoing messages dropped because the bridge's queue was full (the oldest).",
+            MetricType::Counter,
+            &each(|f| f.queue_dropped),
+        )?;
+        out.family(
+            "hayate_bridge_queued_messages",
+            "Outgoing messages in the bridge's queue (waiting and in flight).",
+            MetricType::Gauge,
+            &each(|f| f.queued_messages),
+        )?;
+        out.family(
+            "hayate_bridge_queued_bytes",
+            "Payload and topic bytes of the outgoing messages the bridge's queue holds in memory.",
+            MetricType::Gauge,
+            &each(|f| f.queued_bytes),
         )
     }
 }

@@ -51,12 +51,18 @@ pub(crate) async fn start(
         .into_iter()
         .map(|(name, stats)| {
             let stats = stats.clone();
-            let probe: Probe<BridgeFigures> = Arc::new(move || BridgeFigures {
-                connected: stats.connected.load(Relaxed),
-                connects: stats.connects.load(Relaxed),
-                messages_out: stats.messages_out.load(Relaxed),
-                messages_in: stats.messages_in.load(Relaxed),
-                dropped: stats.dropped.load(Relaxed),
+            let probe: Probe<BridgeFigures> = Arc::new(move || {
+                let queue = stats.queue();
+                BridgeFigures {
+                    connected: stats.connected.load(Relaxed),
+                    connects: stats.connects.load(Relaxed),
+                    messages_out: stats.messages_out.load(Relaxed),
+                    messages_in: stats.messages_in.load(Relaxed),
+                    dropped: stats.dropped.load(Relaxed),
+                    queue_dropped: stats.queue_dropped.load(Relaxed),
+                    queued_messages: queue.messages,
+                    queued_bytes: queue.bytes,
+                }
             });
             (name, probe)
         })

@@ -189,12 +189,22 @@ fn publish_bridge(
         ("messages/in", &bridge.messages_in),
         ("messages/dropped", &bridge.dropped),
         ("messages/retained_replayed", &bridge.retained_replayed),
+        ("queue/dropped", &bridge.queue_dropped),
     ] {
         publish(
             &format!("$SYS/broker/bridge/{name}/{key}"),
             value.load(Relaxed).to_string(),
         );
     }
+    let queue = bridge.queue();
+    publish(
+        &format!("$SYS/broker/bridge/{name}/queue/messages"),
+        queue.messages.to_string(),
+    );
+    publish(
+        &format!("$SYS/broker/bridge/{name}/queue/bytes"),
+        queue.bytes.to_string(),
+    );
 }
 
 /// The store's figures (`docs/DURABILITY.md`, "Monitoring").

@@ -5,7 +5,7 @@
 //! until it is below it again.
 
 use crate::budget::MemoryBudget;
-use crate::session::SessionLimits;
+use crate::session::{QueueFull, SessionLimits};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -17,6 +17,9 @@ pub struct SharedLimits {
     max_inflight: AtomicU16,
     queue_qos0_offline: AtomicBool,
     budget: Option<Arc<MemoryBudget>>,
+    /// What a full queue drops; fixed at creation (a bridge's sessions get limits of their
+    /// own, `hayate-core`'s `queues.rs`).
+    queue_full: QueueFull,
 }
 
 impl SharedLimits {
@@ -28,12 +31,25 @@ impl SharedLimits {
             max_inflight: AtomicU16::new(limits.max_inflight),
             queue_qos0_offline: AtomicBool::new(limits.queue_qos0_offline),
             budget: limits.budget,
+            queue_full: limits.queue_full,
+        }
+    }
+
+    /// The values in force now, as plain limits.
+    pub fn snapshot(&self) -> SessionLimits {
+        SessionLimits {
+            max_queued_messages: self.max_queued_messages(),
+            max_queued_bytes: self.max_queued_bytes(),
+            max_inflight: self.max_inflight(),
+            queue_qos0_offline: self.queue_qos0_offline(),
+            budget: self.budget.clone(),
+            queue_full: self.queue_full.clone(),
         }
     }
 
     /// Applies new values to every session sharing these limits. The broker-wide budget
-    /// account stays the one given at creation (its own limit is changed through
-    /// [`MemoryBudget::set_limit`]).
+    /// account and the queue-full policy stay the ones given at creation (the budget's own
+    /// limit is changed through [`MemoryBudget::set_limit`]).
     pub fn set(&self, limits: &SessionLimits) {
         let relaxed = Ordering::Relaxed;
         self.max_queued_messages
@@ -69,6 +85,11 @@ impl SharedLimits {
     pub fn budget(&self) -> Option<&Arc<MemoryBudget>> {
         self.budget.as_ref()
     }
+
+    /// What a full queue drops.
+    pub fn queue_full(&self) -> &QueueFull {
+        &self.queue_full
+    }
 }
 
 impl From<SessionLimits> for SharedLimits {
@@ -94,6 +115,7 @@ mod tests {
             max_inflight: 5,
             queue_qos0_offline: true,
             budget: None,
+            queue_full: QueueFull::DropNewest,
         });
         assert_eq!(shared.max_queued_messages(), 3);
         assert_eq!(shared.max_queued_bytes(), 4);

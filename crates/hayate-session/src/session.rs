@@ -36,6 +36,8 @@ pub struct SessionLimits {
     /// The broker-wide account every session's queued bytes are charged to (none: no global
     /// limit).
     pub budget: Option<Arc<MemoryBudget>>,
+    /// What a full queue drops: the new message (clients) or the oldest queued ones (bridges).
+    pub queue_full: QueueFull,
 }
 
 impl Default for SessionLimits {
@@ -46,6 +48,7 @@ impl Default for SessionLimits {
             max_inflight: 1024,
             queue_qos0_offline: false,
             budget: None,
+            queue_full: QueueFull::DropNewest,
         }
     }
 }
@@ -388,11 +391,14 @@ impl Session {
             return EnqueueOutcome::DroppedOffline;
         }
         let weight = delivery.weight();
-        let queued = self.held_messages() + self.spilled() as usize;
-        if queued >= self.limits.max_queued_messages() {
+        let spills = self.spills(&delivery);
+        if self.drops_oldest() {
+            self.make_room(weight, spills);
+        }
+        if self.is_full(spills) {
             return EnqueueOutcome::DroppedQueueFull;
         }
-        if self.spills(&delivery) {
+        if spills {
             self.spill(delivery);
             return EnqueueOutcome::Queued {
                 wake: self.connection.is_some(),
@@ -687,7 +693,11 @@ impl Drop for Session {
 
 mod journal;
 mod outbound;
+mod overflow;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_overflow;
 
 pub use journal::JournalEvent;
+pub use overflow::QueueFull;

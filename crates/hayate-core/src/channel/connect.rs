@@ -271,7 +271,7 @@ impl Channel {
             assign_outbound_aliases: config.assign_outbound_topic_aliases,
         };
 
-        let limits = self.broker.session_limits();
+        let limits = self.broker.session_limits_for(&client_id);
         let opened = self
             .broker
             .registry

@@ -310,10 +310,13 @@ impl Session {
             // Behind what is still on disk, in order; in memory once that is read back.
             return delivery.qos != QoS::AtMostOnce && journal.spill.is_some();
         }
+        // A drop-oldest queue stays in memory (bounded by its own limits; `overflow.rs`): it
+        // spills only to stay behind entries restored on disk, until they are read back.
         delivery.qos != QoS::AtMostOnce
             && (journal.spill.is_some()
-                || (self.connection.is_none() && delivery.shared_group.is_none())
-                || self.pending.len() >= RESIDENT_LIMIT)
+                || (!self.drops_oldest()
+                    && ((self.connection.is_none() && delivery.shared_group.is_none())
+                        || self.pending.len() >= RESIDENT_LIMIT)))
     }
 
     /// Queues `delivery` on disk only (see [`Session::spills`]).
@@ -345,7 +348,7 @@ impl Session {
     /// At detach: the stored deliveries waiting in memory go to disk only (they are there
     /// already); the ones in flight stay, to be sent again.
     pub(super) fn spill_resident(&mut self) {
-        if self.journal().is_none() {
+        if self.journal().is_none() || self.drops_oldest() {
             return;
         }
         let mut kept = VecDeque::with_capacity(self.pending.len());
@@ -378,8 +381,11 @@ impl Session {
 
     /// A page to read from the store, when the client is attached, entries are on disk and
     /// few are left in memory: `(from_seq, max)`. Asks once until [`Session::apply_page`].
+    /// A drop-oldest queue reads every page back, attached or not (it stays in memory).
     pub fn take_page_request(&mut self) -> Option<(u64, usize)> {
-        if self.connection.is_none() || self.pending.len() >= RESIDENT_LIMIT / 2 {
+        if !self.drops_oldest()
+            && (self.connection.is_none() || self.pending.len() >= RESIDENT_LIMIT / 2)
+        {
             return None;
         }
         let spill = self.journal_mut()?.spill.as_mut()?;
@@ -412,8 +418,9 @@ impl Session {
     /// added (the caller wakes the connection). A page that no longer fits (the session was
     /// spilled again meanwhile) is ignored; it is asked for again.
     pub fn apply_page(&mut self, from_seq: u64, page: Vec<Delivery>, exhausted: bool) -> bool {
-        let attached =
-            self.connection.is_some() || self.journal().is_some_and(|journal| journal.handing_over);
+        let attached = self.connection.is_some()
+            || self.drops_oldest()
+            || self.journal().is_some_and(|journal| journal.handing_over);
         let Some(spill) = self
             .journal_mut()
             .and_then(|journal| journal.spill.as_mut())
@@ -441,18 +448,24 @@ impl Session {
         let Some(journal) = self.journal_mut() else {
             return false;
         };
+        let allocated_since = journal.next_seq.saturating_sub(next_seq);
         if let Some(spill) = journal.spill.as_mut() {
             spill.first_seq = next_seq;
             spill.count = if exhausted && applied == taken {
                 // Everything on disk when the page was read is in memory now; what is left
-                // came in meanwhile.
-                spill.added_while_reading
+                // came in meanwhile, minus what of it the read already saw (every entry queued
+                // while a spill exists is spilled, under consecutive seqs).
+                spill.added_while_reading.min(allocated_since)
             } else {
                 spill.count.saturating_sub(applied)
             };
             if spill.count == 0 {
                 journal.spill = None;
             }
+        }
+        if self.drops_oldest() {
+            // A queue restored larger than its limits keeps its newest entries.
+            self.trim();
         }
         applied > 0
     }

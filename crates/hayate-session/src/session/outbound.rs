@@ -139,7 +139,7 @@ impl Session {
     }
 
     /// Records that a stored delivery left without being sent.
-    fn forget_stored(&mut self, delivery: &Delivery) {
+    pub(super) fn forget_stored(&mut self, delivery: &Delivery) {
         if delivery.seq != 0 {
             let seq = delivery.seq;
             self.record(|| JournalEvent::Removed {

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use hayate_codec::decode;
 use std::sync::Arc;
 
-fn params(version: ProtocolVersion, receive_maximum: u16) -> ConnectionParams {
+pub(super) fn params(version: ProtocolVersion, receive_maximum: u16) -> ConnectionParams {
     ConnectionParams {
         version,
         client_receive_maximum: receive_maximum,
@@ -19,7 +19,7 @@ fn params(version: ProtocolVersion, receive_maximum: u16) -> ConnectionParams {
     }
 }
 
-fn delivery(topic: &str, qos: QoS) -> Delivery {
+pub(super) fn delivery(topic: &str, qos: QoS) -> Delivery {
     let message = Message::new(
         ByteStr::from(topic),
         Bytes::from_static(b"payload"),
@@ -40,7 +40,7 @@ fn delivery(topic: &str, qos: QoS) -> Delivery {
     }
 }
 
-fn drain(session: &mut Session, version: ProtocolVersion, now: Instant) -> Vec<Packet> {
+pub(super) fn drain(session: &mut Session, version: ProtocolVersion, now: Instant) -> Vec<Packet> {
     let mut out = OutBuf::new();
     session.poll_transmit(now, &mut out);
     let mut bytes = BytesMut::from(&out.take_all()[..]);
@@ -52,7 +52,7 @@ fn drain(session: &mut Session, version: ProtocolVersion, now: Instant) -> Vec<P
     packets
 }
 
-fn publish_ids(packets: &[Packet]) -> Vec<(u16, bool)> {
+pub(super) fn publish_ids(packets: &[Packet]) -> Vec<(u16, bool)> {
     packets
         .iter()
         .filter_map(|p| match p {

@@ -64,6 +64,12 @@ pub(super) fn apply(bridge: &mut BridgeConfig, line: &Line) -> Result<bool, Mosq
         "bridge_alpn" => bridge.alpn = Some(text(line)?),
         "bridge_identity" => bridge.identity = Some(text(line)?),
         "bridge_psk" => bridge.psk = Some(psk(line)?),
+        "bridge_max_queued_messages" => {
+            bridge.max_queued_messages = Some(line.integer_in(1, i64::MAX)? as usize)
+        }
+        "bridge_max_queued_bytes" => {
+            bridge.max_queued_bytes = Some(line.integer_in(1, i64::MAX)? as usize)
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -112,6 +118,8 @@ pub(super) const BRIDGE_KEYS: &[&str] = &[
     "bridge_alpn",
     "bridge_identity",
     "bridge_psk",
+    "bridge_max_queued_messages",
+    "bridge_max_queued_bytes",
 ];
 
 fn address(line: &Line, word: &str) -> Result<String, MosquittoError> {

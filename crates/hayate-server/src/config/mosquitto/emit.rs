@@ -379,6 +379,14 @@ fn bridge_options(table: &mut Table, b: &BridgeConfig) {
         ),
         ("receive_maximum", b.receive_maximum.map(|v| v.to_string())),
         ("max_packet_size", b.max_packet_size.map(|v| v.to_string())),
+        (
+            "max_queued_messages",
+            b.max_queued_messages.map(|v| v.to_string()),
+        ),
+        (
+            "max_queued_bytes",
+            b.max_queued_bytes.map(|v| v.to_string()),
+        ),
     ];
     for (key, value) in numbers {
         if let Some(value) = value {
