@@ -49,6 +49,11 @@ pub struct ClusterConfig {
     /// messages queued for it) in case it comes back, in seconds.
     #[serde(default = "default_dead_node_grace_secs")]
     pub dead_node_grace_secs: u64,
+    /// How long a client resuming its session here waits for its CONNACK when the session may
+    /// be on a node that announced it is stopping (a restart): until that node is back and
+    /// answers, at most this many seconds (then Session Present 0; the session follows later).
+    #[serde(default = "default_stopped_node_wait_secs")]
+    pub stopped_node_wait_secs: u64,
 }
 
 fn yes() -> bool {
@@ -65,6 +70,10 @@ fn default_phi_threshold() -> f64 {
 
 fn default_dead_node_grace_secs() -> u64 {
     60
+}
+
+fn default_stopped_node_wait_secs() -> u64 {
+    15
 }
 
 /// Why a `[cluster]` table cannot be used.
@@ -93,6 +102,7 @@ impl ClusterConfig {
             gossip_interval_ms: default_gossip_interval_ms(),
             phi_threshold: default_phi_threshold(),
             dead_node_grace_secs: default_dead_node_grace_secs(),
+            stopped_node_wait_secs: default_stopped_node_wait_secs(),
         }
     }
 

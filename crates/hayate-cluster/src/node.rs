@@ -28,6 +28,9 @@ const STOPPING_KEY: &str = "stopping";
 /// Set by a node that leaves the cluster for good (`hayate cluster leave`): the others forget
 /// it at once (its peer session there ends, with what was queued for it).
 const LEAVING_KEY: &str = "leaving";
+/// Set by a node that keeps its sessions in a store: they outlive its restart, so a stopped
+/// one is worth waiting for.
+const DURABLE_KEY: &str = "durable";
 /// The gossip cluster id: nodes of other systems on the same port are not mixed in.
 const CLUSTER_ID: &str = "hayate";
 /// Answers to claims waiting for the node task.
@@ -48,6 +51,9 @@ struct Peer {
     /// This incarnation announced that it is stopping: while it is away, the cluster is not
     /// split.
     stopping: bool,
+    /// It keeps its sessions in a store (known once it announced stopping): a client resuming
+    /// a session here waits for its return.
+    durable: bool,
 }
 
 /// The running cluster side of a node.
@@ -92,6 +98,11 @@ pub fn attach(broker: &Broker, config: &ClusterConfig) -> Result<Arc<ClusterRout
         config.prefer_local_shared,
         config.split_policy(),
     ));
+    // The core's bound on a held CONNACK: past the cluster's own waits (the answers of live
+    // nodes, or a stopped node's return).
+    routes.set_handover_timeout(
+        ANSWER_TIMEOUT.max(Duration::from_secs(config.stopped_node_wait_secs)) + ANSWER_TIMEOUT,
+    );
     if !broker.router.attach_cluster(routes.clone()) {
         return Err(ClusterError::Gossip(
             "the broker is already in a cluster".into(),
@@ -139,7 +150,12 @@ pub async fn start(
         extra_liveness_predicate: None,
         protocol_version: chitchat::ProtocolVersion::V0,
     };
-    let chitchat = spawn_chitchat(chitchat_config, Vec::new(), &UdpTransport)
+    let initial = if durable {
+        vec![(DURABLE_KEY.to_string(), "1".to_string())]
+    } else {
+        Vec::new()
+    };
+    let chitchat = spawn_chitchat(chitchat_config, initial, &UdpTransport)
         .await
         .map_err(|error| ClusterError::Gossip(format!("{error:#}")))?;
     tracing::info!(node = %config.node_name, generation, listen = %config.listen, join = ?config.join, "cluster_started");
@@ -160,6 +176,7 @@ pub async fn start(
         },
         self_id,
         grace,
+        stopped_wait: Duration::from_secs(config.stopped_node_wait_secs),
         gossip_interval,
         peers: HashMap::new(),
         last_status: String::new(),
@@ -176,6 +193,8 @@ struct Node {
     pending: HashMap<String, (Vec<Arc<str>>, Instant)>,
     self_id: ChitchatId,
     grace: Duration,
+    /// How long a held CONNACK waits for a stopped node's answer.
+    stopped_wait: Duration,
     gossip_interval: Duration,
     peers: HashMap<Arc<str>, Peer>,
     last_status: String,
@@ -264,14 +283,19 @@ impl Node {
                     clean_start,
                     at: at.as_nanos(),
                 };
-                let asked = self.send_claim(&claim);
+                let (asked, stopped) = self.send_claim(&claim);
                 if await_handover {
                     if asked.is_empty() {
                         self.ctx.broker.release_handover(&client_id);
                     } else {
-                        let deadline = Instant::now() + ANSWER_TIMEOUT;
+                        // A stopped node answers once it is back from its restart.
+                        let wait = if stopped {
+                            self.stopped_wait.max(ANSWER_TIMEOUT)
+                        } else {
+                            ANSWER_TIMEOUT
+                        };
                         self.pending
-                            .insert(client_id.to_string(), (asked, deadline));
+                            .insert(client_id.to_string(), (asked, Instant::now() + wait));
                     }
                 }
             }
@@ -279,14 +303,16 @@ impl Node {
     }
 
     /// Queues `claim` in every other node's peer session here (behind what is already queued
-    /// for it); returns the nodes connected now, whose answers a CONNACK may wait for.
-    fn send_claim(&self, claim: &Claim) -> Vec<Arc<str>> {
+    /// for it); returns the nodes whose answers a CONNACK may wait for (those connected now,
+    /// and those stopped for a restart, which answer when back), and whether any is stopped.
+    fn send_claim(&self, claim: &Claim) -> (Vec<Arc<str>>, bool) {
         let broker = &self.ctx.broker;
         let now = Instant::now();
         let message = Arc::new(claim.to_message());
         let mut wake = WakeList::new();
         let mut asked = Vec::new();
-        for name in self.peers.keys() {
+        let mut stopped = false;
+        for (name, peer) in &self.peers {
             let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{name}")) else {
                 continue;
             };
@@ -300,12 +326,15 @@ impl Node {
                 tracing::warn!(peer = %name, client_id = %claim.client_id, "cluster_claim_dropped");
             } else if online {
                 asked.push(name.clone());
+            } else if peer.stopping && peer.durable {
+                asked.push(name.clone());
+                stopped = true;
             }
         }
         for doorbell in wake {
             doorbell.notify_one();
         }
-        asked
+        (asked, stopped)
     }
 
     /// Another node answered a claim (its session, if any, was taken by the link): once every
@@ -373,7 +402,18 @@ impl Node {
             if let Some(peer) = self.peers.get_mut(&id.node_id) {
                 if peer.generation == id.generation_id && !peer.stopping {
                     peer.stopping = true;
-                    tracing::info!(peer = %id.node_id, "cluster_node_stopping");
+                    peer.durable = state.get(DURABLE_KEY).is_some();
+                    tracing::info!(peer = %id.node_id, durable = peer.durable, "cluster_node_stopping");
+                    if peer.durable {
+                        // Its clients reconnect here as it stops (often before its notice
+                        // arrives): their CONNACKs wait for its return.
+                        let until = now + self.stopped_wait;
+                        for (waiting, deadline) in self.pending.values_mut() {
+                            if waiting.contains(&id.node_id) {
+                                *deadline = (*deadline).max(until);
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -459,6 +499,7 @@ impl Node {
             task: tokio::spawn(link.run(stopped)),
             dead_since: None,
             stopping: false,
+            durable: false,
         }
     }
 

@@ -24,6 +24,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 
+/// A resumed session's CONNACK waits at most this long for the cluster, unless set.
+const DEFAULT_HANDOVER_TIMEOUT_MS: u64 = 3_000;
+
 /// True for a topic or topic filter that each node keeps to itself: those starting with `$`
 /// (`$SYS`, [MQTT-4.7.2-1]). Neither routed to other nodes nor replicated when retained.
 pub fn stays_on_node(topic_or_filter: &str) -> bool {
@@ -124,6 +127,9 @@ pub struct ClusterRoutes {
     /// Some known node is unreachable (gossip has it dead and it was not yet forgotten): the
     /// cluster may be split, and [`SplitPolicy`] applies.
     split: std::sync::atomic::AtomicBool,
+    /// How long a resumed session's CONNACK waits at most for the other nodes' answers, in
+    /// milliseconds ([`ClusterRoutes::set_handover_timeout`]).
+    handover_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 /// What clients may do while the cluster may be split (some known node unreachable), after
@@ -185,6 +191,7 @@ impl ClusterRoutes {
         ClusterRoutes {
             split_policy,
             split: std::sync::atomic::AtomicBool::new(false),
+            handover_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_HANDOVER_TIMEOUT_MS),
             events,
             events_rx: Mutex::new(Some(events_rx)),
             routes: Mutex::new(RouteSet::default()),
@@ -293,6 +300,23 @@ impl ClusterRoutes {
     pub fn set_split(&self, split: bool) {
         self.split
             .store(split, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The longest a resumed session's CONNACK waits for the other nodes' answers to its
+    /// claim (the cluster's own wait ends earlier when they answer or time out).
+    pub fn set_handover_timeout(&self, timeout: std::time::Duration) {
+        self.handover_timeout_ms.store(
+            timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// See [`ClusterRoutes::set_handover_timeout`] (3 s unless set).
+    pub fn handover_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.handover_timeout_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Whether some known node is unreachable.

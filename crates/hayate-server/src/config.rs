@@ -372,6 +372,7 @@ mod tests {
         assert_eq!(cluster.node_name, "n1");
         assert!(cluster.allow_register_during_netsplit && cluster.prefer_local_shared);
         assert_eq!(cluster.dead_node_grace_secs, 60);
+        assert_eq!(cluster.stopped_node_wait_secs, 15);
         config.validate().unwrap();
     }
 

@@ -405,7 +405,12 @@ impl Channel {
             if let Some(cell) = &self.cell {
                 cell.state.lock().handover = Handover::Awaited(Box::new(AwaitedHandover {
                     connack,
-                    deadline: now + HANDOVER_TIMEOUT,
+                    deadline: now
+                        + self
+                            .broker
+                            .router
+                            .cluster()
+                            .map_or(HANDOVER_TIMEOUT, |cluster| cluster.handover_timeout()),
                     received: false,
                     answered: false,
                 }));
