@@ -324,11 +324,12 @@ impl Node {
                 .deliver(&cell, delivery, now, &mut wake, &mut outcome);
             if outcome.delivered == 0 {
                 tracing::warn!(peer = %name, client_id = %claim.client_id, "cluster_claim_dropped");
-            } else if online {
-                asked.push(name.clone());
             } else if peer.stopping && peer.durable {
+                // Stopping (its link may not be down yet): it answers once back.
                 asked.push(name.clone());
                 stopped = true;
+            } else if online {
+                asked.push(name.clone());
             }
         }
         for doorbell in wake {
