@@ -328,6 +328,7 @@ impl World {
             max_inflight: [0u16, 1, 2, 3, 5, 1024][usize::from(input.max_inflight % 6)],
             queue_qos0_offline: input.qos0_offline,
             budget: Some(budget.clone()),
+            queue_full: hayate_session::QueueFull::DropNewest,
         };
         let n = usize::from(input.sessions % 3) + 1;
         World {
