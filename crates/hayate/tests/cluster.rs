@@ -485,21 +485,27 @@ async fn the_netsplit_policy_applies_while_a_node_is_unreachable_and_a_stopping_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_api_shows_the_cluster() {
-    let dir = tempfile::tempdir().unwrap();
+/// Two nodes, n1 with an admin listener (token `secret-token`) at the address returned.
+async fn two_nodes_with_admin_api(dir: &Path) -> (Node, std::net::SocketAddr, Node) {
     let http: std::net::SocketAddr = ([127, 0, 0, 1], hayate_testkit::free_port()).into();
-    let conf = dir.path().join("http.toml");
+    let conf = dir.join("http.toml");
     std::fs::write(
         &conf,
         format!("[http]\nlisten = \"{http}\"\ntoken = \"secret-token\"\n"),
     )
     .unwrap();
     let conf = conf.to_string_lossy().into_owned();
-    let n1 = Node::start(bin(), dir.path(), "n1", &[], &["-c", &conf]);
-    let n2 = Node::start(bin(), dir.path(), "n2", &[n1.cluster], &[]);
+    let n1 = Node::start(bin(), dir, "n1", &[], &["-c", &conf]);
+    let n2 = Node::start(bin(), dir, "n2", &[n1.cluster], &[]);
     n1.wait_listening().await;
     n2.wait_listening().await;
+    (n1, http, n2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_shows_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, http, _n2) = two_nodes_with_admin_api(dir.path()).await;
     n1.wait_sees(&["n2"], Duration::from_secs(20)).await;
     let (status, body) = tokio::task::spawn_blocking(move || {
         hayate_testkit::ops::HttpApi::new(http, Some("secret-token")).get_json("/api/v1/cluster")
@@ -517,18 +523,7 @@ async fn the_admin_api_shows_the_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_leaves_for_good_with_hayate_cluster_leave() {
     let dir = tempfile::tempdir().unwrap();
-    let http: std::net::SocketAddr = ([127, 0, 0, 1], hayate_testkit::free_port()).into();
-    let conf = dir.path().join("http.toml");
-    std::fs::write(
-        &conf,
-        format!("[http]\nlisten = \"{http}\"\ntoken = \"secret-token\"\n"),
-    )
-    .unwrap();
-    let conf = conf.to_string_lossy().into_owned();
-    let n1 = Node::start(bin(), dir.path(), "n1", &[], &["-c", &conf]);
-    let n2 = Node::start(bin(), dir.path(), "n2", &[n1.cluster], &[]);
-    n1.wait_listening().await;
-    n2.wait_listening().await;
+    let (n1, http, n2) = two_nodes_with_admin_api(dir.path()).await;
     n2.wait_sees(&["n1"], Duration::from_secs(20)).await;
 
     // A wrong token is refused, and nothing happens.
