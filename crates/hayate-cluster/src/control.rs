@@ -29,11 +29,19 @@ use std::time::{Duration, Instant};
 pub(crate) const CLAIM_TOPIC: &str = "$cluster/claim";
 /// A session handed over to the receiving node.
 pub(crate) const SESSION_TOPIC: &str = "$cluster/session";
+/// A message for a session the sending node handed over to the receiving one, which another
+/// node had forwarded to the sending node.
+pub(crate) const RELAY_TOPIC: &str = "$cluster/relay";
+/// The end of what a node forwarded to a node that handed a session over (published by the
+/// claiming node on each other node, routed there into every peer session's queue).
+pub(crate) const MARK_TOPIC: &str = "$cluster/mark";
 
 const CLIENT_ID: &str = "client_id";
 const CLEAN_START: &str = "clean_start";
 const AT: &str = "at";
 const PRESENT: &str = "present";
+const OLD: &str = "old";
+const NEW: &str = "new";
 
 /// Another node answered a claim of this node's (the link already took the session).
 #[derive(Debug)]
@@ -155,27 +163,7 @@ pub(crate) fn session_message(
         );
     }
     for delivery in &handed.deliveries {
-        let message = &delivery.message;
-        let remaining = message
-            .expires_at
-            .map(|at| at.saturating_duration_since(now).as_secs().max(1) as u32);
-        if message.expires_at.is_some_and(|at| at <= now) {
-            continue;
-        }
-        let publish = Publish {
-            dup: delivery.maybe_sent && delivery.qos != QoS::AtMostOnce,
-            qos: delivery.qos,
-            retain: delivery.retain,
-            topic: message.topic.clone(),
-            packet_id: (delivery.qos != QoS::AtMostOnce).then_some(id),
-            properties: Properties {
-                message_expiry_interval: remaining,
-                subscription_identifiers: delivery.subscription_ids.clone(),
-                ..message.properties.clone()
-            },
-            payload: message.payload.clone(),
-        };
-        let _ = encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut payload);
+        encode_delivery(delivery, now, &mut payload);
     }
     for id in handed
         .inbound_qos2
@@ -203,6 +191,112 @@ pub(crate) fn session_message(
         None,
         None,
     )
+}
+
+/// One delivery as a PUBLISH (DUP when it may have been sent, the remaining expiry
+/// interval, its subscription identifiers); nothing when it expired.
+fn encode_delivery(delivery: &Delivery, now: Instant, payload: &mut BytesMut) {
+    let message = &delivery.message;
+    if message.expires_at.is_some_and(|at| at <= now) {
+        return;
+    }
+    let remaining = message
+        .expires_at
+        .map(|at| at.saturating_duration_since(now).as_secs().max(1) as u32);
+    let publish = Publish {
+        dup: delivery.maybe_sent && delivery.qos != QoS::AtMostOnce,
+        qos: delivery.qos,
+        retain: delivery.retain,
+        topic: message.topic.clone(),
+        packet_id: (delivery.qos != QoS::AtMostOnce).then(|| PacketId::new(1).expect("non-zero")),
+        properties: Properties {
+            message_expiry_interval: remaining,
+            subscription_identifiers: delivery.subscription_ids.clone(),
+            ..message.properties.clone()
+        },
+        payload: message.payload.clone(),
+    };
+    let _ = encode(&Packet::Publish(publish), ProtocolVersion::V5, payload);
+}
+
+/// The `$cluster/relay` message passing `delivery` on for `client_id`'s session, which this
+/// node handed over to the receiving one (`hayate_core::cluster::RelayEncoder`).
+pub(crate) fn relay_message(client_id: &str, delivery: &Delivery, now: Instant) -> Message {
+    let mut payload = BytesMut::new();
+    encode_delivery(delivery, now, &mut payload);
+    Message::new(
+        RELAY_TOPIC.into(),
+        payload.freeze(),
+        QoS::AtLeastOnce,
+        false,
+        Properties {
+            user_properties: vec![(CLIENT_ID.into(), client_id.into())],
+            ..Properties::default()
+        },
+        None,
+        None,
+    )
+}
+
+/// A decoded `$cluster/relay`: for which client, and what to queue in its session.
+pub(crate) fn decode_relay(publish: &Publish, now: Instant) -> Option<(String, Vec<Delivery>)> {
+    let client_id = user_property(publish, CLIENT_ID)?.to_string();
+    Some((client_id, decode_session(&publish.payload, now)?.deliveries))
+}
+
+/// A `$cluster/mark`: node `new` took `client_id`'s session over from node `old`; whatever
+/// the routing node forwarded to `old` before the mark, `old` relays to `new`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub client_id: Arc<str>,
+    pub old: Arc<str>,
+    pub new: Arc<str>,
+}
+
+impl Mark {
+    pub(crate) fn to_publish(&self, packet_id: PacketId) -> Publish {
+        Publish {
+            dup: false,
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            topic: MARK_TOPIC.into(),
+            packet_id: Some(packet_id),
+            properties: self.properties(),
+            payload: Bytes::new(),
+        }
+    }
+
+    /// The mark as a message for a peer session's queue here.
+    pub(crate) fn to_message(&self) -> Message {
+        Message::new(
+            MARK_TOPIC.into(),
+            Bytes::new(),
+            QoS::AtLeastOnce,
+            false,
+            self.properties(),
+            None,
+            None,
+        )
+    }
+
+    fn properties(&self) -> Properties {
+        Properties {
+            user_properties: vec![
+                (CLIENT_ID.into(), (*self.client_id).into()),
+                (OLD.into(), (*self.old).into()),
+                (NEW.into(), (*self.new).into()),
+            ],
+            ..Properties::default()
+        }
+    }
+
+    pub(crate) fn from_publish(publish: &Publish) -> Option<Mark> {
+        Some(Mark {
+            client_id: user_property(publish, CLIENT_ID)?.into(),
+            old: user_property(publish, OLD)?.into(),
+            new: user_property(publish, NEW)?.into(),
+        })
+    }
 }
 
 /// The session in a `$cluster/session` payload; `None` if it does not decode.
@@ -323,6 +417,51 @@ mod tests {
         let empty = session_message("c", Some(&HandedOver::default()), now);
         let (_, got) = decode_answer(&as_publish(&empty), now).unwrap();
         assert!(got.expect("present").is_empty());
+    }
+
+    #[test]
+    fn a_mark_and_a_relay_round_trip() {
+        let mark = Mark {
+            client_id: "c/+#".into(),
+            old: "n1".into(),
+            new: "n2".into(),
+        };
+        let publish = mark.to_publish(PacketId::new(3).unwrap());
+        assert_eq!(publish.qos, QoS::AtLeastOnce);
+        assert_eq!(Mark::from_publish(&publish), Some(mark.clone()));
+        assert_eq!(
+            Mark::from_publish(&as_publish(&mark.to_message())),
+            Some(mark)
+        );
+
+        let now = Instant::now();
+        let message = Message::new(
+            "o/1".into(),
+            Bytes::from_static(b"p"),
+            QoS::ExactlyOnce,
+            false,
+            Properties::default(),
+            Some(now + Duration::from_secs(60)),
+            None,
+        );
+        let delivery = Delivery {
+            subscription_ids: vec![4],
+            ..Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
+        };
+        let relay = as_publish(&relay_message("c/+#", &delivery, now));
+        assert_eq!(relay.topic.as_str(), RELAY_TOPIC);
+        let (client_id, deliveries) = decode_relay(&relay, now).unwrap();
+        assert_eq!(client_id, "c/+#");
+        assert_eq!(deliveries.len(), 1);
+        let got = &deliveries[0];
+        assert_eq!(
+            got.qos,
+            QoS::AtLeastOnce,
+            "the subscriber's QoS, not the publisher's"
+        );
+        assert_eq!(got.subscription_ids, vec![4]);
+        assert_eq!(got.message.payload.as_ref(), b"p");
+        assert!(got.message.expires_at.is_some());
     }
 
     #[test]

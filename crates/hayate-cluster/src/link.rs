@@ -11,7 +11,10 @@
 //! same session there: what was queued or in flight meanwhile is delivered then.
 
 use crate::client::NodeClient;
-use crate::control::{answer_claim, decode_answer, Answer, Claim, CLAIM_TOPIC, SESSION_TOPIC};
+use crate::control::{
+    answer_claim, decode_answer, decode_relay, Answer, Claim, Mark, CLAIM_TOPIC, MARK_TOPIC,
+    RELAY_TOPIC, SESSION_TOPIC,
+};
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
@@ -49,6 +52,9 @@ pub(crate) struct LinkContext {
     pub durable: bool,
     /// Answers to this node's claims, for the node task.
     pub answers: mpsc::Sender<Answer>,
+    /// Marks every link publishes on its node after the route deltas before them (a session
+    /// was taken over here: `docs/CLUSTER.md`, "Relay after a handover").
+    pub marks: broadcast::Sender<Mark>,
 }
 
 /// One link, alive across reconnections to the same incarnation of the other node.
@@ -150,11 +156,15 @@ impl Link {
         }
         let (routes, feed) = self.ctx.routes.snapshot();
         self.sync_routes(&mut client, routes, fresh)?;
+        // Marks for sessions handed over travel in this session's queue there.
+        let mark: Arc<str> = Arc::from(MARK_TOPIC);
+        self.subscribe_packet(&mut client, std::slice::from_ref(&mark), None, 2)?;
+        let marks = self.ctx.marks.subscribe();
         client.flush().await?;
         self.stats.link_up.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         tracing::info!(peer = %self.peer, address = %self.address, session_present = !fresh, "cluster_link_up");
-        let result = self.serve(&mut client, feed, stop).await;
+        let result = self.serve(&mut client, feed, marks, stop).await;
         if result.is_ok() {
             client.disconnect().await;
         }
@@ -314,6 +324,7 @@ impl Link {
         &mut self,
         client: &mut NodeClient,
         mut feed: broadcast::Receiver<RouteDelta>,
+        mut marks: broadcast::Receiver<Mark>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), ClusterError> {
         let doorbell = self.ingress()?.doorbell();
@@ -357,6 +368,7 @@ impl Link {
                     last_input = tokio::time::Instant::now();
                 }
                 delta = feed.recv() => self.on_route_delta(client, delta, &mut feed)?,
+                mark = marks.recv() => self.on_mark(client, mark, &mut feed)?,
                 _ = doorbell.notified() => {}
                 _ = paused => {}
                 _ = ping.tick() => {
@@ -425,6 +437,40 @@ impl Link {
         self.unsubscribe(client, &remove)
     }
 
+    /// A session was taken over here from node `old`: publishes the mark on the other node,
+    /// after the route deltas that came before it (so the other node routes what follows the
+    /// mark here, and what preceded it to `old`, which relays it). Not on `old` itself,
+    /// whose own messages reach this node through the subscriptions made at the handover.
+    fn on_mark(
+        &mut self,
+        client: &mut NodeClient,
+        mark: Result<Mark, broadcast::error::RecvError>,
+        feed: &mut broadcast::Receiver<RouteDelta>,
+    ) -> Result<(), ClusterError> {
+        let mark = match mark {
+            Ok(mark) => mark,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(peer = %self.peer, missed, "cluster_marks_missed");
+                return Ok(());
+            }
+            Err(broadcast::error::RecvError::Closed) => {
+                return Err(ClusterError::Protocol("mark feed closed".into()))
+            }
+        };
+        if mark.old == self.peer {
+            return Ok(());
+        }
+        match feed.try_recv() {
+            Ok(delta) => self.on_route_delta(client, Ok(delta), feed)?,
+            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                self.on_route_delta(client, Err(broadcast::error::RecvError::Lagged(n)), feed)?
+            }
+            Err(_) => {}
+        }
+        let packet_id = self.packet_id();
+        client.queue(&Packet::Publish(mark.to_publish(packet_id)))
+    }
+
     /// Handles the packets already read while the ingress takes them; true when any.
     fn process_buffered(
         &mut self,
@@ -474,7 +520,8 @@ impl Link {
                 }
                 Ok(())
             }
-            Packet::UnsubAck(_) | Packet::PingResp => Ok(()),
+            // PUBACK: of a mark this link published there.
+            Packet::UnsubAck(_) | Packet::PingResp | Packet::PubAck(_) => Ok(()),
             Packet::Disconnect(disconnect) => {
                 Err(ClusterError::Disconnected(disconnect.reason_code.0))
             }
@@ -501,10 +548,18 @@ impl Link {
                     // other node forwarded for the client after the handover find its
                     // subscriptions in place.
                     if let Some(handed) = handed {
+                        let relayed = handed
+                            .subscriptions
+                            .iter()
+                            .any(|(filter, _)| !filter.starts_with("$share/"));
                         let mut wake = hayate_core::WakeList::new();
-                        self.ctx
+                        let taken = self
+                            .ctx
                             .broker
                             .take_over(&client_id, handed, now, &mut wake);
+                        if taken && relayed {
+                            self.mark_taken_over(&client_id, now, &mut wake);
+                        }
                         for doorbell in wake {
                             doorbell.notify_one();
                         }
@@ -518,6 +573,34 @@ impl Link {
                     }
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_session_undecodable"),
+            }
+        } else if publish.topic.as_str() == RELAY_TOPIC {
+            match decode_relay(&publish, now) {
+                Some((client_id, deliveries)) => {
+                    let mut wake = hayate_core::WakeList::new();
+                    self.ctx
+                        .broker
+                        .deliver_relayed(&client_id, deliveries, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
+                    }
+                }
+                None => tracing::warn!(peer = %self.peer, "cluster_relay_undecodable"),
+            }
+        } else if publish.topic.as_str() == MARK_TOPIC {
+            match Mark::from_publish(&publish) {
+                // The other node will forward no more for the session this node handed over.
+                Some(mark) if mark.old == self.ctx.self_name => {
+                    let mut wake = hayate_core::WakeList::new();
+                    self.ctx
+                        .broker
+                        .relay_marked(&mark.client_id, &self.peer, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
+                    }
+                }
+                Some(_) => {}
+                None => tracing::warn!(peer = %self.peer, "cluster_mark_malformed"),
             }
         } else if publish.topic.as_str() == CLAIM_TOPIC {
             match Claim::from_publish(&publish) {
@@ -545,6 +628,30 @@ impl Link {
             (QoS::ExactlyOnce, Some(id)) => client.queue(&Packet::PubRec(PubResp::new(id))),
             _ => Ok(()),
         }
+    }
+
+    /// This node took `client_id`'s session over from the other node: marks, behind what is
+    /// queued here for the other node, the end of what this node forwarded to it for the
+    /// session, and has every other link mark it on its node (`Link::on_mark`).
+    fn mark_taken_over(&self, client_id: &str, now: Instant, wake: &mut hayate_core::WakeList) {
+        let mark = Mark {
+            client_id: Arc::from(client_id),
+            old: self.peer.clone(),
+            new: self.ctx.self_name.clone(),
+        };
+        let broker = &self.ctx.broker;
+        if let Some(cell) = broker
+            .registry
+            .get(&format!("{PEER_CLIENT_PREFIX}{}", self.peer))
+        {
+            let delivery =
+                hayate_core::Delivery::new(Arc::new(mark.to_message()), QoS::AtLeastOnce, false);
+            let mut outcome = hayate_core::router::RouteOutcome::default();
+            broker
+                .router
+                .deliver(&cell, delivery, now, wake, &mut outcome);
+        }
+        let _ = self.ctx.marks.send(mark);
     }
 
     /// The ingress's acknowledgements go back to the other node as they are.

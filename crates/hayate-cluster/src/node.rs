@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Set by a node that is stopping (SIGTERM). It is expected back (a restart): the others keep
@@ -35,6 +35,9 @@ const DURABLE_KEY: &str = "durable";
 const CLUSTER_ID: &str = "hayate";
 /// Answers to claims waiting for the node task.
 const ANSWERS_CAPACITY: usize = 4_096;
+/// Marks a link may fall behind by (a link that misses one leaves the old node relaying
+/// until `handover_relay_secs`).
+const MARKS_CAPACITY: usize = 4_096;
 /// How long a claim waits for answers before its CONNACK goes out anyway (the channel's own
 /// limit is a little longer).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -103,6 +106,10 @@ pub fn attach(broker: &Broker, config: &ClusterConfig) -> Result<Arc<ClusterRout
     routes.set_handover_timeout(
         ANSWER_TIMEOUT.max(Duration::from_secs(config.stopped_node_wait_secs)) + ANSWER_TIMEOUT,
     );
+    routes.set_relay_timeout(Duration::from_secs(config.handover_relay_secs));
+    routes.set_relay_encoder(hayate_core::cluster::RelayEncoder(Box::new(
+        crate::control::relay_message,
+    )));
     if !broker.router.attach_cluster(routes.clone()) {
         return Err(ClusterError::Gossip(
             "the broker is already in a cluster".into(),
@@ -168,6 +175,7 @@ pub async fn start(
         pending: HashMap::new(),
         ctx: LinkContext {
             answers,
+            marks: broadcast::channel(MARKS_CAPACITY).0,
             broker,
             routes,
             self_name: Arc::from(config.node_name.as_str()),
@@ -226,6 +234,7 @@ impl Node {
                 .collect();
             self.reconcile(&snapshot, &live.borrow());
             self.expire_pending();
+            self.expire_relays();
             self.publish_status();
             tokio::select! {
                 changed = live.changed() => {
@@ -351,6 +360,15 @@ impl Node {
         if done {
             self.pending.remove(&answer.client_id);
             self.ctx.broker.release_handover(&answer.client_id);
+        }
+    }
+
+    /// Sessions handed over that relayed long enough.
+    fn expire_relays(&self) {
+        let mut wake = WakeList::new();
+        self.ctx.broker.expire_relays(Instant::now(), &mut wake);
+        for doorbell in wake {
+            doorbell.notify_one();
         }
     }
 

@@ -18,7 +18,7 @@
 //! subscription change.
 
 use crate::registry::SessionCell;
-use hayate_session::{Arrival, PeerScope};
+use hayate_session::{Arrival, Delivery, Message, PeerScope};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +26,21 @@ use tokio::sync::{broadcast, mpsc};
 
 /// A resumed session's CONNACK waits at most this long for the cluster, unless set.
 const DEFAULT_HANDOVER_TIMEOUT_MS: u64 = 3_000;
+/// A session handed over relays at most this long, unless set.
+const DEFAULT_RELAY_TIMEOUT_MS: u64 = 30_000;
+
+/// Makes the control message that carries a delivery for a session handed over to another
+/// node there (`hayate-cluster` owns the format): `(client id, delivery, now)`.
+pub struct RelayEncoder(pub Box<RelayFn>);
+
+/// See [`RelayEncoder`].
+pub type RelayFn = dyn Fn(&str, &Delivery, std::time::Instant) -> Message + Send + Sync;
+
+impl std::fmt::Debug for RelayEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelayEncoder")
+    }
+}
 
 /// True for a topic or topic filter that each node keeps to itself: those starting with `$`
 /// (`$SYS`, [MQTT-4.7.2-1]). Neither routed to other nodes nor replicated when retained.
@@ -130,6 +145,13 @@ pub struct ClusterRoutes {
     /// How long a resumed session's CONNACK waits at most for the other nodes' answers, in
     /// milliseconds ([`ClusterRoutes::set_handover_timeout`]).
     handover_timeout_ms: std::sync::atomic::AtomicU64,
+    /// How long a session handed over relays at most, in milliseconds.
+    relay_timeout_ms: std::sync::atomic::AtomicU64,
+    /// Encodes relayed deliveries; without it, a session handed over does not relay.
+    relay_encoder: std::sync::OnceLock<RelayEncoder>,
+    /// Sessions handed over and relaying, by client identifier
+    /// (`crate::registry::Handover::Relaying`).
+    relays: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
 }
 
 /// What clients may do while the cluster may be split (some known node unreachable), after
@@ -192,6 +214,9 @@ impl ClusterRoutes {
             split_policy,
             split: std::sync::atomic::AtomicBool::new(false),
             handover_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_HANDOVER_TIMEOUT_MS),
+            relay_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_RELAY_TIMEOUT_MS),
+            relay_encoder: std::sync::OnceLock::new(),
+            relays: Mutex::new(HashMap::new()),
             events,
             events_rx: Mutex::new(Some(events_rx)),
             routes: Mutex::new(RouteSet::default()),
@@ -317,6 +342,73 @@ impl ClusterRoutes {
             self.handover_timeout_ms
                 .load(std::sync::atomic::Ordering::Relaxed),
         )
+    }
+
+    /// Sets how a session handed over passes on what other nodes still forward for it; until
+    /// set, a session handed over does not relay. False when already set.
+    pub fn set_relay_encoder(&self, encoder: RelayEncoder) -> bool {
+        self.relay_encoder.set(encoder).is_ok()
+    }
+
+    /// Whether a session handed over relays.
+    pub fn relays_enabled(&self) -> bool {
+        self.relay_encoder.get().is_some()
+    }
+
+    /// The control message relaying `delivery` for `client_id` (`None` without an encoder).
+    pub(crate) fn relay_message(
+        &self,
+        client_id: &str,
+        delivery: &Delivery,
+        now: std::time::Instant,
+    ) -> Option<Message> {
+        self.relay_encoder
+            .get()
+            .map(|encoder| (encoder.0)(client_id, delivery, now))
+    }
+
+    /// Sets how long a session handed over relays at most (30 s unless set).
+    pub fn set_relay_timeout(&self, timeout: std::time::Duration) {
+        self.relay_timeout_ms.store(
+            timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// See [`ClusterRoutes::set_relay_timeout`].
+    pub fn relay_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.relay_timeout_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// A session started relaying; returns the one relaying for the same client before, if
+    /// any (to be ended).
+    pub(crate) fn relay_started(
+        &self,
+        client_id: Arc<str>,
+        cell: Arc<SessionCell>,
+    ) -> Option<Arc<SessionCell>> {
+        self.relays.lock().insert(client_id, cell)
+    }
+
+    /// The session relaying for `client_id`, if any.
+    pub(crate) fn relaying(&self, client_id: &str) -> Option<Arc<SessionCell>> {
+        self.relays.lock().get(client_id).cloned()
+    }
+
+    /// Forgets the session relaying for `client_id` if it is `cell`.
+    pub(crate) fn relay_ended(&self, client_id: &str, cell: &Arc<SessionCell>) {
+        let mut relays = self.relays.lock();
+        if relays.get(client_id).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            relays.remove(client_id);
+        }
+    }
+
+    /// Every session relaying now.
+    pub(crate) fn relaying_all(&self) -> Vec<Arc<SessionCell>> {
+        self.relays.lock().values().cloned().collect()
     }
 
     /// Whether some known node is unreachable.

@@ -398,6 +398,81 @@ async fn a_stored_session_follows_its_client_when_its_node_comes_back() {
     assert_eq!(got, expected, "n2:\n{}", cluster.nodes[1].log_text());
 }
 
+/// Publishes `m-I` on `roll/x` at QoS 2 for each I, 20 ms apart.
+async fn publish_numbered(publisher: &mut RawClient, range: std::ops::Range<u16>) {
+    for i in range {
+        let payload = format!("m-{i}");
+        publisher
+            .publish("roll/x", payload.as_bytes(), QoS::ExactlyOnce, false, i + 1)
+            .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A rolling restart's gap (docs/CLUSTER.md, "Relay after a handover"): a client of a node
+/// stopped for a restart resumes its session on another node, whose CONNACK waits for the
+/// stopped node. Meanwhile a third node goes on routing the client's messages to the stopped
+/// node (its route set still has the session's filter), where they wait. Back, that node
+/// hands the session over on the claim, and what arrives from the third node after that is
+/// relayed to the new node, so every QoS 2 message arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moved_during_a_restart_gets_what_was_published_meanwhile() {
+    let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
+    let connect_as = |mqtt: std::net::SocketAddr| async move {
+        let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
+        let mut connect =
+            hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "roll-sub", false);
+        connect.properties.session_expiry_interval = Some(600);
+        let connack = client.connect(connect).await;
+        (client, connack)
+    };
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("roll-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[0].terminate();
+    drop(sub);
+    // The client resumes on n2; its CONNACK waits for n1, stopped for a restart.
+    let moving = tokio::spawn(connect_as(cluster.nodes[1].mqtt));
+    publish_numbered(&mut publisher, 0..20).await;
+    cluster.nodes[0].restart();
+    // Published while n1 restarts, hands the session over and n2's route reaches n3.
+    publish_numbered(&mut publisher, 20..120).await;
+    let (mut moved, connack) = moving.await.unwrap();
+    assert!(connack.session_present, "n1 handed the session over");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 120 && Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(500)).await,
+        ));
+    }
+    got.retain(|p| p != "probe");
+    let mut sorted = got.clone();
+    sorted.sort_by_key(|p| p[2..].parse::<u32>().unwrap());
+    let expected: Vec<String> = (0..120).map(|i| format!("m-{i}")).collect();
+    assert_eq!(
+        sorted,
+        expected,
+        "every message exactly once; n1:\n{}",
+        cluster.nodes[0].log_text()
+    );
+    // n1 relayed until n2 and n3 had both marked the end, not until its deadline.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.nodes[0]
+        .log_text()
+        .contains("handover_relay_marked_by_every_node")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "n1 never saw every mark:\n{}",
+            cluster.nodes[0].log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until `node`'s status for `peer` satisfies `check`.
 async fn wait_status(node: &Node, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -93,6 +93,14 @@ impl Channel {
         }
         let allowed = match &self.client {
             Some(client) if client.listener.is_cluster_internal() => true,
+            // The nodes' own topics (`crate::cluster::PEER_CLIENT_PREFIX`): never a client's.
+            Some(_)
+                if publish
+                    .topic
+                    .starts_with(crate::cluster::PEER_CLIENT_PREFIX) =>
+            {
+                false
+            }
             Some(client) => self.broker.hooks.authorize_publish(client, &publish.topic),
             None => false,
         };
