@@ -233,6 +233,9 @@ impl Node {
                 .map(|(id, _)| id.clone())
                 .collect();
             self.reconcile(&snapshot, &live.borrow());
+            self.ctx
+                .routes
+                .set_nodes(self.peers.keys().cloned().collect());
             self.expire_pending();
             self.expire_relays();
             self.publish_status();

@@ -149,6 +149,8 @@ pub struct ClusterRoutes {
     relay_timeout_ms: std::sync::atomic::AtomicU64,
     /// Encodes relayed deliveries; without it, a session handed over does not relay.
     relay_encoder: std::sync::OnceLock<RelayEncoder>,
+    /// The other nodes this one knows (has links to, or keeps for their return).
+    nodes: RwLock<Vec<Arc<str>>>,
     /// Sessions handed over and relaying, by client identifier
     /// (`crate::registry::Handover::Relaying`).
     relays: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
@@ -217,6 +219,7 @@ impl ClusterRoutes {
             relay_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_RELAY_TIMEOUT_MS),
             relay_encoder: std::sync::OnceLock::new(),
             relays: Mutex::new(HashMap::new()),
+            nodes: RwLock::new(Vec::new()),
             events,
             events_rx: Mutex::new(Some(events_rx)),
             routes: Mutex::new(RouteSet::default()),
@@ -342,6 +345,18 @@ impl ClusterRoutes {
             self.handover_timeout_ms
                 .load(std::sync::atomic::Ordering::Relaxed),
         )
+    }
+
+    /// Sets the other nodes this one knows (the cluster task, as membership changes).
+    pub fn set_nodes(&self, nodes: Vec<Arc<str>>) {
+        if *self.nodes.read() != nodes {
+            *self.nodes.write() = nodes;
+        }
+    }
+
+    /// The other nodes this one knows.
+    pub fn nodes(&self) -> Vec<Arc<str>> {
+        self.nodes.read().clone()
     }
 
     /// Sets how a session handed over passes on what other nodes still forward for it; until

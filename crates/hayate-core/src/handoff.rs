@@ -367,16 +367,12 @@ fn is_shared(filter: &str) -> bool {
     filter.starts_with("$share/")
 }
 
-/// The nodes a session handed over to `to` waits for marks from: every node whose link to
-/// this one is up, and `to` (`docs/CLUSTER.md`, "Relay after a handover").
+/// The nodes a session handed over to `to` waits for marks from: every other node this one
+/// knows (what any of them routed here before the handover may still be on its way, even from
+/// a node whose link here is not up yet), and `to` (`docs/CLUSTER.md`, "Relay after a
+/// handover").
 fn relay_waiting(cluster: &ClusterRoutes, to: &SessionCell) -> Vec<Arc<str>> {
-    let mut waiting: Vec<Arc<str>> = cluster
-        .peers()
-        .iter()
-        .filter(|peer| peer.id == to.id || peer.state.lock().owner != 0)
-        .filter_map(|peer| peer.client_id.strip_prefix(PEER_CLIENT_PREFIX))
-        .map(Arc::from)
-        .collect();
+    let mut waiting = cluster.nodes();
     if let Some(name) = to.client_id.strip_prefix(PEER_CLIENT_PREFIX) {
         if !waiting.iter().any(|n| &**n == name) {
             waiting.push(Arc::from(name));

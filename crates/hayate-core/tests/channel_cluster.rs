@@ -426,10 +426,15 @@ fn relaying_harness(timeout: Duration) -> (CoreHarness, Arc<ClusterRoutes>) {
     (harness, routes)
 }
 
-/// Hands client `c` (subscribed to `o/#` and a shared group) over to node n2, with n3 linked.
-fn hand_c_over(harness: &CoreHarness) -> (TestChannel, TestChannel, TestChannel) {
+/// Hands client `c` (subscribed to `o/#` and a shared group) over to node n2, with n3 known.
+fn hand_c_over(
+    harness: &CoreHarness,
+    routes: &ClusterRoutes,
+) -> (TestChannel, TestChannel, TestChannel) {
     let peer2 = peer(harness, "n2", &[]);
     let peer3 = peer(harness, "n3", &[]);
+    // n3 is known even if its link here were not up: it marks too.
+    routes.set_nodes(vec!["n2".into(), "n3".into()]);
     let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
     client.subscribe("o/#", QoS::AtLeastOnce);
     client.subscribe("$share/g/s/#", QoS::AtLeastOnce);
@@ -467,7 +472,7 @@ fn forward(ingress: &mut TestChannel, topic: &str, payload: &[u8], id: u16) {
 fn a_session_handed_over_relays_forwarded_messages_until_every_node_marked() {
     let (harness, routes) = relaying_harness(Duration::from_secs(30));
     let (_, mut feed) = routes.snapshot();
-    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness);
+    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness, &routes);
     assert!(
         harness.session("c").is_none(),
         "the session left the registry"
@@ -519,7 +524,7 @@ fn a_session_handed_over_relays_forwarded_messages_until_every_node_marked() {
 #[test]
 fn relaying_ends_at_its_deadline_when_a_node_never_marks() {
     let (harness, routes) = relaying_harness(Duration::from_secs(30));
-    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness);
+    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness, &routes);
     let mut wake = Vec::new();
     harness
         .broker
