@@ -10,12 +10,14 @@ mod admin;
 mod auth;
 pub mod config;
 mod dashboard;
+pub mod exposition;
 mod metrics;
 pub mod passwords;
 pub mod process;
 
 pub use config::{Access, HttpConfig, HttpConfigError};
-pub use metrics::{BridgeFigures, HistogramFigures, ListenerConnections, StoreFigures};
+pub use exposition::HistogramFigures;
+pub use metrics::{BridgeFigures, ListenerConnections, StoreFigures};
 
 use axum::routing::{get, post};
 use axum::Router;
