@@ -11,6 +11,7 @@ use crate::{AppState, Sources};
 use axum::extract::State;
 use axum::response::Response;
 use hayate_codec::QoS;
+use hayate_core::latency::{Latency, LATENCY_BUCKETS_MICROS};
 use hayate_core::stats::QOS_LEVELS;
 use hayate_core::{PublishCounts, Stats};
 use prometheus_client::collector::Collector;
@@ -20,6 +21,17 @@ use prometheus_client::registry::{Registry, Unit};
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+
+impl From<&Latency> for HistogramFigures {
+    /// A latency histogram of `hayate_core` (µs buckets), in seconds.
+    fn from(latency: &Latency) -> HistogramFigures {
+        let bounds: Vec<f64> = LATENCY_BUCKETS_MICROS
+            .iter()
+            .map(|micros| *micros as f64 / 1e6)
+            .collect();
+        HistogramFigures::from_counts(&bounds, &latency.buckets, latency.sum_micros as f64 / 1e6)
+    }
+}
 
 /// The embedded store's figures (`docs/DURABILITY.md`, "Monitoring").
 #[derive(Debug, Clone, Default)]
@@ -111,6 +123,7 @@ impl Collector for BrokerCollector {
         self.messages(&mut out)?;
         self.flow_and_auth(&mut out)?;
         self.store(&mut out)?;
+        self.cluster(&mut out)?;
         self.bridges(&mut out)?;
         process(&mut out)
     }
@@ -387,6 +400,18 @@ impl BrokerCollector {
             "QoS 1/2 PUBLISH packets refused because the store could not write.",
             None,
             refused,
+        )
+    }
+
+    fn cluster(&self, out: &mut Families<'_, '_>) -> fmt::Result {
+        let broker = &self.sources.broker;
+        if broker.router.cluster().is_none() {
+            return Ok(());
+        }
+        out.histogram(
+            "hayate_cluster_link_round_trip",
+            "Round trip of the node links' keep-alive probe (PINGREQ queued to PINGRESP handled, one observation per link every 5 s): the network and what either node had queued on the link ahead of it.",
+            &HistogramFigures::from(&broker.stats.cluster_link_round_trip.read()),
         )
     }
 

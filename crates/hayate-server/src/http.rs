@@ -40,8 +40,8 @@ pub(crate) async fn start(
                 fsync_micros: stats.sync_micros,
                 fsync_max_micros: stats.sync_max_micros,
                 write_errors: stats.write_errors,
-                fsync_latency: seconds(&stats.sync_latency),
-                commit_latency: seconds(&stats.commit_latency),
+                fsync_latency: HistogramFigures::from(&stats.sync_latency),
+                commit_latency: HistogramFigures::from(&stats.commit_latency),
             }
         }) as Probe<StoreFigures>
     });
@@ -69,16 +69,4 @@ pub(crate) async fn start(
         .collect();
     let server = hayate_http::serve(addr, access, sources, shutdown).await?;
     Ok(Some(server.local_addr))
-}
-
-/// A store latency histogram (µs buckets) in seconds, for Prometheus.
-fn seconds(latency: &hayate_storage::Latency) -> HistogramFigures {
-    let bounds = hayate_storage::LATENCY_BUCKETS_MICROS
-        .iter()
-        .map(|micros| *micros as f64 / 1e6)
-        .chain([f64::INFINITY]);
-    HistogramFigures {
-        buckets: bounds.zip(latency.buckets.iter().copied()).collect(),
-        sum: latency.sum_micros as f64 / 1e6,
-    }
 }

@@ -238,18 +238,6 @@ impl Drop for HayateProcess {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_as_rfc_4648() {
-        assert_eq!(super::base64(b""), "");
-        assert_eq!(super::base64(b"f"), "Zg==");
-        assert_eq!(super::base64(b"fo"), "Zm8=");
-        assert_eq!(super::base64(b"foo"), "Zm9v");
-        assert_eq!(super::base64(b"admin:pa:ss"), "YWRtaW46cGE6c3M=");
-    }
-}
-
 /// A `hayate serve` started with `--config FILE --log-file LOG` (and [`HayateProcess`]'s
 /// `--listen` and `--http`), whose file a test rewrites and reloads with SIGHUP.
 pub struct ReloadableHayate {
@@ -322,5 +310,17 @@ impl ReloadableHayate {
             assert!(Instant::now() < deadline, "reload {nth} never done: {log}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_as_rfc_4648() {
+        assert_eq!(super::base64(b""), "");
+        assert_eq!(super::base64(b"f"), "Zg==");
+        assert_eq!(super::base64(b"fo"), "Zm8=");
+        assert_eq!(super::base64(b"foo"), "Zm9v");
+        assert_eq!(super::base64(b"admin:pa:ss"), "YWRtaW46cGE6c3M=");
     }
 }
