@@ -618,6 +618,9 @@ async fn the_admin_api_shows_the_cluster() {
         "hayate_cluster_link_round_trip_seconds_bucket{le=\"1\"}",
     );
     assert!(within_a_second >= Some(1.0), "{metrics}");
+    if let Some(promtool) = hayate_testkit::ops::tool_or_skip("promtool") {
+        hayate_testkit::prometheus::promtool_check_metrics(&promtool, &metrics);
+    }
 }
 
 /// The value of one sample line of a Prometheus text.
