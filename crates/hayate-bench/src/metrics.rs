@@ -10,7 +10,7 @@ use crate::error::{BenchError, Result};
 use crate::live::{MetricsSnapshot, LATENCY_BUCKETS_SECONDS};
 use axum::extract::State;
 use axum::response::Response;
-use hayate_http::exposition::{text_response, Families, HistogramFigures, Labels};
+use hayate_prometheus::{text_response, Families, HistogramFigures, Labels};
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;

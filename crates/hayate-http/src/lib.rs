@@ -10,14 +10,13 @@ mod admin;
 mod auth;
 pub mod config;
 mod dashboard;
-pub mod exposition;
 mod metrics;
 pub mod passwords;
 pub mod process;
 
 pub use config::{Access, HttpConfig, HttpConfigError};
-pub use exposition::HistogramFigures;
-pub use metrics::{BridgeFigures, ListenerConnections, StoreFigures};
+pub use hayate_prometheus::HistogramFigures;
+pub use metrics::{seconds, BridgeFigures, ListenerConnections, StoreFigures};
 
 use axum::routing::{get, post};
 use axum::Router;

@@ -6,7 +6,6 @@
 //! prefix, the unit in the name (`_bytes`, `_seconds`), `_total` on counters; the standard
 //! `process_*` names for the process. The reference is `docs/OPERATIONS.md`.
 
-use crate::exposition::{label, text_response, Families, HistogramFigures, Labels};
 use crate::{AppState, Sources};
 use axum::extract::State;
 use axum::response::Response;
@@ -14,6 +13,7 @@ use hayate_codec::QoS;
 use hayate_core::latency::{Latency, LATENCY_BUCKETS_MICROS};
 use hayate_core::stats::QOS_LEVELS;
 use hayate_core::{PublishCounts, Stats};
+use hayate_prometheus::{label, text_response, Families, HistogramFigures, Labels};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
@@ -22,15 +22,13 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-impl From<&Latency> for HistogramFigures {
-    /// A latency histogram of `hayate_core` (µs buckets), in seconds.
-    fn from(latency: &Latency) -> HistogramFigures {
-        let bounds: Vec<f64> = LATENCY_BUCKETS_MICROS
-            .iter()
-            .map(|micros| *micros as f64 / 1e6)
-            .collect();
-        HistogramFigures::from_counts(&bounds, &latency.buckets, latency.sum_micros as f64 / 1e6)
-    }
+/// A latency histogram of `hayate_core` (µs buckets), in seconds.
+pub fn seconds(latency: &Latency) -> HistogramFigures {
+    let bounds: Vec<f64> = LATENCY_BUCKETS_MICROS
+        .iter()
+        .map(|micros| *micros as f64 / 1e6)
+        .collect();
+    HistogramFigures::from_counts(&bounds, &latency.buckets, latency.sum_micros as f64 / 1e6)
 }
 
 /// The embedded store's figures (`docs/DURABILITY.md`, "Monitoring").
@@ -411,7 +409,7 @@ impl BrokerCollector {
         out.histogram(
             "hayate_cluster_link_round_trip",
             "Round trip of the node links' keep-alive probe (PINGREQ queued to PINGRESP handled, one observation per link every 5 s): the network and what either node had queued on the link ahead of it.",
-            &HistogramFigures::from(&broker.stats.cluster_link_round_trip.read()),
+            &seconds(&broker.stats.cluster_link_round_trip.read()),
         )
     }
 

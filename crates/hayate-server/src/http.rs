@@ -2,9 +2,7 @@
 //! only the server knows: live connections, the store, the bridges.
 
 use hayate_core::Broker;
-use hayate_http::{
-    BridgeFigures, HistogramFigures, ListenerConnections, Probe, Sources, StoreFigures,
-};
+use hayate_http::{seconds, BridgeFigures, ListenerConnections, Probe, Sources, StoreFigures};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -40,8 +38,8 @@ pub(crate) async fn start(
                 fsync_micros: stats.sync_micros,
                 fsync_max_micros: stats.sync_max_micros,
                 write_errors: stats.write_errors,
-                fsync_latency: HistogramFigures::from(&stats.sync_latency),
-                commit_latency: HistogramFigures::from(&stats.commit_latency),
+                fsync_latency: seconds(&stats.sync_latency),
+                commit_latency: seconds(&stats.commit_latency),
             }
         }) as Probe<StoreFigures>
     });

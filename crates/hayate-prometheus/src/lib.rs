@@ -1,8 +1,8 @@
-//! The Prometheus exposition glue shared by the broker's `/metrics` ([`crate::metrics`]) and
-//! `hayate bench --metrics-listen` (`hayate_bench::metrics`): metric families written with
-//! `prometheus-client` from values read at scrape time (constant counters, gauges and
-//! histograms, nothing registered or updated between scrapes), and the HTTP answer carrying a
-//! registry's text.
+//! The Prometheus exposition glue shared by the broker's `/metrics` (`hayate-http`) and
+//! `hayate bench --metrics-listen` (`hayate-bench`, which must not depend on the broker's
+//! crates): metric families written with `prometheus-client` from values read at scrape time
+//! (constant counters, gauges and histograms, nothing registered or updated between scrapes),
+//! and the HTTP answer carrying a registry's text.
 //!
 //! Names are given without the suffixes `prometheus-client` adds: the unit (`_seconds`,
 //! `_bytes`) when one is passed, and `_total` on counters.
