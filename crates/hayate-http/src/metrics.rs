@@ -408,7 +408,7 @@ impl BrokerCollector {
         }
         out.histogram(
             "hayate_cluster_link_round_trip",
-            "Round trip of the node links' keep-alive probe (PINGREQ queued to PINGRESP handled, one observation per link every 5 s): the network and what either node had queued on the link ahead of it.",
+            "Round trip of the node links' keep-alive probe (PINGREQ queued to PINGRESP handled, one observation per link every 5 s): the network and what was queued on the link ahead of it.",
             &seconds(&broker.stats.cluster_link_round_trip.read()),
         )
     }
