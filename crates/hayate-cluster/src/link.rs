@@ -70,6 +70,8 @@ pub(crate) struct Link {
     /// The first connection starts a new session there.
     first: bool,
     next_id: u16,
+    /// When the unanswered PINGREQ was queued, for the link round trip in `Stats`.
+    ping_sent: Option<Instant>,
 }
 
 impl Link {
@@ -88,6 +90,7 @@ impl Link {
             ingress: None,
             first: true,
             next_id: 0,
+            ping_sent: None,
         }
     }
 
@@ -332,6 +335,7 @@ impl Link {
         let mut ping = tokio::time::interval(keep_alive);
         ping.tick().await;
         let mut last_input = tokio::time::Instant::now();
+        self.ping_sent = None;
         loop {
             self.forward_ingress_output(client)?;
             tokio::time::timeout(WRITE_TIMEOUT, client.flush())
@@ -376,6 +380,7 @@ impl Link {
                         return Err(ClusterError::Timeout("PINGRESP"));
                     }
                     client.queue(&Packet::PingReq)?;
+                    self.ping_sent.get_or_insert_with(Instant::now);
                 }
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
@@ -520,8 +525,17 @@ impl Link {
                 }
                 Ok(())
             }
+            Packet::PingResp => {
+                if let Some(sent) = self.ping_sent.take() {
+                    let stats = &self.ctx.broker.stats;
+                    stats
+                        .cluster_link_round_trip
+                        .observe(now.saturating_duration_since(sent));
+                }
+                Ok(())
+            }
             // PUBACK: of a mark this link published there.
-            Packet::UnsubAck(_) | Packet::PingResp | Packet::PubAck(_) => Ok(()),
+            Packet::UnsubAck(_) | Packet::PubAck(_) => Ok(()),
             Packet::Disconnect(disconnect) => {
                 Err(ClusterError::Disconnected(disconnect.reason_code.0))
             }

@@ -591,6 +591,43 @@ async fn the_admin_api_shows_the_cluster() {
     assert_eq!(body["node"], "n1");
     assert_eq!(body["nodes"]["n2"]["live"], true);
     assert_eq!(body["nodes"]["n2"]["link_up"], true);
+
+    // /metrics: the link's keep-alive round trip, observed once per 5 s keep-alive.
+    let metrics = tokio::task::spawn_blocking(move || {
+        let api = hayate_testkit::ops::HttpApi::new(http, Some("secret-token"));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (status, text) = api.get("/metrics");
+            assert_eq!(status, 200, "{text}");
+            if sample(&text, "hayate_cluster_link_round_trip_seconds_count") >= Some(1.0) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no link round trip observed: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
+    .await
+    .unwrap();
+    let sum = sample(&metrics, "hayate_cluster_link_round_trip_seconds_sum").unwrap();
+    assert!(sum > 0.0 && sum < 5.0, "loopback round trips: {sum} s");
+    let within_a_second = sample(
+        &metrics,
+        "hayate_cluster_link_round_trip_seconds_bucket{le=\"1\"}",
+    );
+    assert!(within_a_second >= Some(1.0), "{metrics}");
+    if let Some(promtool) = hayate_testkit::ops::tool_or_skip("promtool") {
+        hayate_testkit::prometheus::promtool_check_metrics(&promtool, &metrics);
+    }
+}
+
+/// The value of one sample line of a Prometheus text.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// `hayate cluster leave` (the admin API) makes a node leave for good: it shuts down, and the
