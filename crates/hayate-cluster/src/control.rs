@@ -114,15 +114,32 @@ impl Claim {
 
 /// A decoded `$cluster/session`: for which client, and the session (`None`: the sending
 /// node had none). `None` when it does not decode.
-pub(crate) fn decode_answer(
-    publish: &Publish,
-    now: Instant,
-) -> Option<(String, Option<HandedOver>)> {
+pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAnswer> {
     let client_id = user_property(publish, CLIENT_ID)?.to_string();
-    if user_property(publish, PRESENT)? != "1" {
-        return Some((client_id, None));
-    }
-    Some((client_id, Some(decode_session(&publish.payload, now)?)))
+    // Absent from nodes of an older version: no relay then.
+    let at = user_property(publish, AT)
+        .and_then(|at| at.parse().ok())
+        .unwrap_or(0);
+    let handed = if user_property(publish, PRESENT)? == "1" {
+        Some(decode_session(&publish.payload, now)?)
+    } else {
+        None
+    };
+    Some(SessionAnswer {
+        client_id,
+        at,
+        handed,
+    })
+}
+
+/// A decoded `$cluster/session`.
+#[derive(Debug)]
+pub(crate) struct SessionAnswer {
+    pub client_id: String,
+    /// The claim's `at` (which take-over the marks are for).
+    pub at: u64,
+    /// The session (`None`: the sending node had none).
+    pub handed: Option<HandedOver>,
 }
 
 fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
@@ -134,14 +151,10 @@ fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The `$cluster/session` message answering a claim for `client_id`: the session handed
-/// over, or `None` when this node had none (the user property `present` tells them apart,
-/// as a session may be present and empty).
-pub(crate) fn session_message(
-    client_id: &str,
-    handed: Option<&HandedOver>,
-    now: Instant,
-) -> Message {
+/// The `$cluster/session` message answering `claim`: the session handed over, or `None`
+/// when this node had none (the user property `present` tells them apart, as a session may be
+/// present and empty).
+pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: Instant) -> Message {
     let empty = HandedOver::default();
     let present = handed.is_some();
     let handed = handed.unwrap_or(&empty);
@@ -183,8 +196,9 @@ pub(crate) fn session_message(
         false,
         Properties {
             user_properties: vec![
-                (CLIENT_ID.into(), client_id.into()),
+                (CLIENT_ID.into(), claim.client_id.as_str().into()),
                 (PRESENT.into(), if present { "1" } else { "0" }.into()),
+                (AT.into(), claim.at.to_string().as_str().into()),
             ],
             ..Properties::default()
         },
@@ -251,6 +265,9 @@ pub(crate) struct Mark {
     pub client_id: Arc<str>,
     pub old: Arc<str>,
     pub new: Arc<str>,
+    /// The claim's `at`: which take-over this mark is for (a mark of an earlier one may
+    /// arrive late, after the old node was away).
+    pub at: u64,
 }
 
 impl Mark {
@@ -285,6 +302,7 @@ impl Mark {
                 (CLIENT_ID.into(), (*self.client_id).into()),
                 (OLD.into(), (*self.old).into()),
                 (NEW.into(), (*self.new).into()),
+                (AT.into(), self.at.to_string().as_str().into()),
             ],
             ..Properties::default()
         }
@@ -295,6 +313,7 @@ impl Mark {
             client_id: user_property(publish, CLIENT_ID)?.into(),
             old: user_property(publish, OLD)?.into(),
             new: user_property(publish, NEW)?.into(),
+            at: user_property(publish, AT)?.parse().ok()?,
         })
     }
 }
@@ -371,7 +390,7 @@ pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Cla
     if !claim.clean_start {
         match peer {
             Some(peer) => {
-                let message = session_message(&claim.client_id, handed.as_ref(), now);
+                let message = session_message(claim, handed.as_ref(), now);
                 let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
                 let mut outcome = hayate_core::router::RouteOutcome::default();
                 broker
@@ -406,17 +425,17 @@ mod tests {
     #[test]
     fn no_session_is_told_apart_from_an_empty_one() {
         let now = Instant::now();
-        let none = session_message("c", None, now);
-        assert_eq!(
-            decode_answer(&as_publish(&none), now)
-                .unwrap()
-                .1
-                .map(|_| ()),
-            None
-        );
-        let empty = session_message("c", Some(&HandedOver::default()), now);
-        let (_, got) = decode_answer(&as_publish(&empty), now).unwrap();
-        assert!(got.expect("present").is_empty());
+        let claim = Claim {
+            client_id: "c".into(),
+            clean_start: false,
+            at: 77,
+        };
+        let none = decode_answer(&as_publish(&session_message(&claim, None, now)), now).unwrap();
+        assert!(none.handed.is_none());
+        assert_eq!((none.client_id.as_str(), none.at), ("c", 77));
+        let empty = session_message(&claim, Some(&HandedOver::default()), now);
+        let got = decode_answer(&as_publish(&empty), now).unwrap();
+        assert!(got.handed.expect("present").is_empty());
     }
 
     #[test]
@@ -425,6 +444,7 @@ mod tests {
             client_id: "c/+#".into(),
             old: "n1".into(),
             new: "n2".into(),
+            at: 1_795_000_000_000_000_000,
         };
         let publish = mark.to_publish(PacketId::new(3).unwrap());
         assert_eq!(publish.qos, QoS::AtLeastOnce);
@@ -508,11 +528,16 @@ mod tests {
             deliveries: vec![delivery],
             inbound_qos2: vec![3, 9],
         };
-        let message = session_message("c1", Some(&handed), now);
+        let claim = Claim {
+            client_id: "c1".into(),
+            clean_start: false,
+            at: 5,
+        };
+        let message = session_message(&claim, Some(&handed), now);
         assert_eq!(message.topic.as_str(), SESSION_TOPIC);
-        let (client_id, back) = decode_answer(&as_publish(&message), now).expect("decodes");
-        assert_eq!(client_id, "c1");
-        let back = back.expect("present");
+        let answer = decode_answer(&as_publish(&message), now).expect("decodes");
+        assert_eq!(answer.client_id, "c1");
+        let back = answer.handed.expect("present");
         assert_eq!(back.subscriptions.len(), 1);
         assert_eq!(&*back.subscriptions[0].0, "t/+");
         assert_eq!(back.subscriptions[0].1.options, options);

@@ -20,7 +20,9 @@ use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
     Subscribe, SubscriptionOptions, Unsubscribe,
 };
-use hayate_core::cluster::{ClusterRoutes, Route, RouteDelta, PEER_CLIENT_PREFIX, PLAIN_ID};
+use hayate_core::cluster::{
+    ClusterRoutes, Route, RouteDelta, INGRESS_CLIENT_PREFIX, PEER_CLIENT_PREFIX, PLAIN_ID,
+};
 use hayate_core::{
     Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
 };
@@ -52,9 +54,9 @@ pub(crate) struct LinkContext {
     pub durable: bool,
     /// Answers to this node's claims, for the node task.
     pub answers: mpsc::Sender<Answer>,
-    /// Marks every link publishes on its node after the route deltas before them (a session
-    /// was taken over here: `docs/CLUSTER.md`, "Relay after a handover").
-    pub marks: broadcast::Sender<Mark>,
+    /// Marks each link publishes on its node after the route deltas before them (sessions
+    /// taken over here: `crate::relay`).
+    pub marks: Arc<crate::relay::MarkBoard>,
 }
 
 /// One link, alive across reconnections to the same incarnation of the other node.
@@ -162,7 +164,9 @@ impl Link {
         // Marks for sessions handed over travel in this session's queue there.
         let mark: Arc<str> = Arc::from(MARK_TOPIC);
         self.subscribe_packet(&mut client, std::slice::from_ref(&mark), None, 2)?;
-        let marks = self.ctx.marks.subscribe();
+        let marks = self.ctx.marks.watch();
+        // Marks posted while this link was down go now, after the routes just synced.
+        self.publish_marks(&mut client)?;
         client.flush().await?;
         self.stats.link_up.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +194,7 @@ impl Link {
             protocol: ProtocolVersion::V5,
             clean_start: true,
             keep_alive: 0,
-            client_id: format!("{PEER_CLIENT_PREFIX}in/{}", self.peer)
+            client_id: format!("{INGRESS_CLIENT_PREFIX}{}", self.peer)
                 .as_str()
                 .into(),
             will: None,
@@ -327,7 +331,7 @@ impl Link {
         &mut self,
         client: &mut NodeClient,
         mut feed: broadcast::Receiver<RouteDelta>,
-        mut marks: broadcast::Receiver<Mark>,
+        mut marks: watch::Receiver<u64>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), ClusterError> {
         let doorbell = self.ingress()?.doorbell();
@@ -372,7 +376,12 @@ impl Link {
                     last_input = tokio::time::Instant::now();
                 }
                 delta = feed.recv() => self.on_route_delta(client, delta, &mut feed)?,
-                mark = marks.recv() => self.on_mark(client, mark, &mut feed)?,
+                changed = marks.changed() => {
+                    if changed.is_err() {
+                        return Err(ClusterError::Protocol("mark board closed".into()));
+                    }
+                    self.on_marks_posted(client, &mut feed)?;
+                }
                 _ = doorbell.notified() => {}
                 _ = paused => {}
                 _ = ping.tick() => {
@@ -442,29 +451,14 @@ impl Link {
         self.unsubscribe(client, &remove)
     }
 
-    /// A session was taken over here from node `old`: publishes the mark on the other node,
-    /// after the route deltas that came before it (so the other node routes what follows the
-    /// mark here, and what preceded it to `old`, which relays it). Not on `old` itself,
-    /// whose own messages reach this node through the subscriptions made at the handover.
-    fn on_mark(
+    /// Marks were posted (sessions taken over here): publishes this link's on the other
+    /// node, after the route deltas that came before them, so the other node routes what
+    /// follows a mark here and what preceded it to the old node, which relays it.
+    fn on_marks_posted(
         &mut self,
         client: &mut NodeClient,
-        mark: Result<Mark, broadcast::error::RecvError>,
         feed: &mut broadcast::Receiver<RouteDelta>,
     ) -> Result<(), ClusterError> {
-        let mark = match mark {
-            Ok(mark) => mark,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::warn!(peer = %self.peer, missed, "cluster_marks_missed");
-                return Ok(());
-            }
-            Err(broadcast::error::RecvError::Closed) => {
-                return Err(ClusterError::Protocol("mark feed closed".into()))
-            }
-        };
-        if mark.old == self.peer {
-            return Ok(());
-        }
         match feed.try_recv() {
             Ok(delta) => self.on_route_delta(client, Ok(delta), feed)?,
             Err(broadcast::error::TryRecvError::Lagged(n)) => {
@@ -472,8 +466,16 @@ impl Link {
             }
             Err(_) => {}
         }
-        let packet_id = self.packet_id();
-        client.queue(&Packet::Publish(mark.to_publish(packet_id)))
+        self.publish_marks(client)
+    }
+
+    fn publish_marks(&mut self, client: &mut NodeClient) -> Result<(), ClusterError> {
+        let max_age = self.ctx.routes.relay_timeout();
+        for mark in self.ctx.marks.take(&self.peer, Instant::now(), max_age) {
+            let packet_id = self.packet_id();
+            client.queue(&Packet::Publish(mark.to_publish(packet_id)))?;
+        }
+        Ok(())
     }
 
     /// Handles the packets already read while the ingress takes them; true when any.
@@ -557,26 +559,15 @@ impl Link {
     ) -> Result<(), ClusterError> {
         if publish.topic.as_str() == SESSION_TOPIC {
             match decode_answer(&publish, now) {
-                Some((client_id, handed)) => {
+                Some(answer) => {
                     // Taken here, before the link hands in the next message: those that the
                     // other node forwarded for the client after the handover find its
                     // subscriptions in place.
-                    if let Some(handed) = handed {
-                        let relayed = handed
-                            .subscriptions
-                            .iter()
-                            .any(|(filter, _)| !filter.starts_with("$share/"));
-                        let mut wake = hayate_core::WakeList::new();
-                        let taken = self
-                            .ctx
-                            .broker
-                            .take_over(&client_id, handed, now, &mut wake);
-                        if taken && relayed {
-                            self.mark_taken_over(&client_id, now, &mut wake);
-                        }
-                        for doorbell in wake {
-                            doorbell.notify_one();
-                        }
+                    let client_id = answer.client_id.clone();
+                    let mut wake = hayate_core::WakeList::new();
+                    crate::relay::take_over(&self.ctx, &self.peer, answer, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
                     }
                     let answer = Answer {
                         from: self.peer.clone(),
@@ -603,17 +594,13 @@ impl Link {
             }
         } else if publish.topic.as_str() == MARK_TOPIC {
             match Mark::from_publish(&publish) {
-                // The other node will forward no more for the session this node handed over.
-                Some(mark) if mark.old == self.ctx.self_name => {
+                Some(mark) => {
                     let mut wake = hayate_core::WakeList::new();
-                    self.ctx
-                        .broker
-                        .relay_marked(&mark.client_id, &self.peer, now, &mut wake);
+                    crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
                     for doorbell in wake {
                         doorbell.notify_one();
                     }
                 }
-                Some(_) => {}
                 None => tracing::warn!(peer = %self.peer, "cluster_mark_malformed"),
             }
         } else if publish.topic.as_str() == CLAIM_TOPIC {
@@ -642,30 +629,6 @@ impl Link {
             (QoS::ExactlyOnce, Some(id)) => client.queue(&Packet::PubRec(PubResp::new(id))),
             _ => Ok(()),
         }
-    }
-
-    /// This node took `client_id`'s session over from the other node: marks, behind what is
-    /// queued here for the other node, the end of what this node forwarded to it for the
-    /// session, and has every other link mark it on its node (`Link::on_mark`).
-    fn mark_taken_over(&self, client_id: &str, now: Instant, wake: &mut hayate_core::WakeList) {
-        let mark = Mark {
-            client_id: Arc::from(client_id),
-            old: self.peer.clone(),
-            new: self.ctx.self_name.clone(),
-        };
-        let broker = &self.ctx.broker;
-        if let Some(cell) = broker
-            .registry
-            .get(&format!("{PEER_CLIENT_PREFIX}{}", self.peer))
-        {
-            let delivery =
-                hayate_core::Delivery::new(Arc::new(mark.to_message()), QoS::AtLeastOnce, false);
-            let mut outcome = hayate_core::router::RouteOutcome::default();
-            broker
-                .router
-                .deliver(&cell, delivery, now, wake, &mut outcome);
-        }
-        let _ = self.ctx.marks.send(mark);
     }
 
     /// The ingress's acknowledgements go back to the other node as they are.

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Set by a node that is stopping (SIGTERM). It is expected back (a restart): the others keep
@@ -35,9 +35,6 @@ const DURABLE_KEY: &str = "durable";
 const CLUSTER_ID: &str = "hayate";
 /// Answers to claims waiting for the node task.
 const ANSWERS_CAPACITY: usize = 4_096;
-/// Marks a link may fall behind by (a link that misses one leaves the old node relaying
-/// until `handover_relay_secs`).
-const MARKS_CAPACITY: usize = 4_096;
 /// How long a claim waits for answers before its CONNACK goes out anyway (the channel's own
 /// limit is a little longer).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -175,7 +172,7 @@ pub async fn start(
         pending: HashMap::new(),
         ctx: LinkContext {
             answers,
-            marks: broadcast::channel(MARKS_CAPACITY).0,
+            marks: Arc::new(crate::relay::MarkBoard::new()),
             broker,
             routes,
             self_name: Arc::from(config.node_name.as_str()),

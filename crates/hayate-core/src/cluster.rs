@@ -52,6 +52,10 @@ pub fn stays_on_node(topic_or_filter: &str) -> bool {
 /// cluster listener may use it, and every session whose identifier has it is a peer session.
 pub const PEER_CLIENT_PREFIX: &str = "$cluster/";
 
+/// The client identifier prefix of a link's ingress: `$cluster/in/N` hands in what node N
+/// forwards.
+pub const INGRESS_CLIENT_PREFIX: &str = "$cluster/in/";
+
 /// Who a session belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionKind {
@@ -151,9 +155,22 @@ pub struct ClusterRoutes {
     relay_encoder: std::sync::OnceLock<RelayEncoder>,
     /// The other nodes this one knows (has links to, or keeps for their return).
     nodes: RwLock<Vec<Arc<str>>>,
+    /// Sessions just taken over that must not take what some nodes forward until their mark
+    /// comes back ([`ClusterRoutes::suppress`]); `suppressing` says whether any.
+    suppressed: Mutex<Vec<Suppression>>,
+    suppressing: std::sync::atomic::AtomicBool,
     /// Sessions handed over and relaying, by client identifier
     /// (`crate::registry::Handover::Relaying`).
     relays: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
+}
+
+/// See [`ClusterRoutes::suppress`].
+#[derive(Debug)]
+struct Suppression {
+    client_id: Arc<str>,
+    at: Arrival,
+    nodes: Vec<Arc<str>>,
+    until: std::time::Instant,
 }
 
 /// What clients may do while the cluster may be split (some known node unreachable), after
@@ -220,6 +237,8 @@ impl ClusterRoutes {
             relay_encoder: std::sync::OnceLock::new(),
             relays: Mutex::new(HashMap::new()),
             nodes: RwLock::new(Vec::new()),
+            suppressed: Mutex::new(Vec::new()),
+            suppressing: std::sync::atomic::AtomicBool::new(false),
             events,
             events_rx: Mutex::new(Some(events_rx)),
             routes: Mutex::new(RouteSet::default()),
@@ -259,6 +278,66 @@ impl ClusterRoutes {
             }
         }
         scope
+    }
+
+    /// The scope of a copy forwarded by `node` carrying `ids` ([`ClusterRoutes::scope_of`]),
+    /// with the sessions that must not take it now ([`ClusterRoutes::suppress`]).
+    pub fn scope_from(&self, node: &str, ids: &[u32], now: std::time::Instant) -> PeerScope {
+        let mut scope = self.scope_of(ids);
+        if self.suppressing.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut suppressed = self.suppressed.lock();
+            suppressed.retain(|s| s.until > now);
+            scope.except = suppressed
+                .iter()
+                .filter(|s| s.nodes.iter().any(|n| &**n == node))
+                .map(|s| s.client_id.clone())
+                .collect();
+            if suppressed.is_empty() {
+                self.suppressing
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        scope
+    }
+
+    /// `client_id`'s session here is about to take over its session from another node (the
+    /// claim made `at`), which relays what each of `nodes` forwarded it until that node's
+    /// mark: until the same mark comes back here ([`ClusterRoutes::unsuppress`]) or `until`,
+    /// what those nodes forward here does not reach the session, so nothing arrives twice
+    /// (`docs/CLUSTER.md`, "Relay after a handover").
+    pub fn suppress(
+        &self,
+        client_id: Arc<str>,
+        at: Arrival,
+        nodes: Vec<Arc<str>>,
+        until: std::time::Instant,
+    ) {
+        if nodes.is_empty() {
+            return;
+        }
+        let mut suppressed = self.suppressed.lock();
+        suppressed.retain(|s| s.client_id != client_id);
+        suppressed.push(Suppression {
+            client_id,
+            at,
+            nodes,
+            until,
+        });
+        self.suppressing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `node`'s mark for `client_id`'s take-over `at` came back: what it forwards from now on
+    /// reaches the session again.
+    pub fn unsuppress(&self, client_id: &str, at: Arrival, node: &str) {
+        let mut suppressed = self.suppressed.lock();
+        for s in suppressed
+            .iter_mut()
+            .filter(|s| &*s.client_id == client_id && s.at == at)
+        {
+            s.nodes.retain(|n| &**n != node);
+        }
+        suppressed.retain(|s| !s.nodes.is_empty());
     }
 
     /// A client subscription to `filter` was added.
@@ -508,14 +587,14 @@ mod tests {
             routes.scope_of(&[PLAIN_ID]),
             PeerScope {
                 plain: true,
-                groups: vec![]
+                ..PeerScope::default()
             }
         );
         assert_eq!(
             routes.scope_of(&[g]),
             PeerScope {
-                plain: false,
-                groups: vec!["$share/g/a/#".into()]
+                groups: vec!["$share/g/a/#".into()],
+                ..PeerScope::default()
             }
         );
         // A group that went away meanwhile: the copy goes nowhere.

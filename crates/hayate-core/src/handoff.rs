@@ -77,6 +77,7 @@ impl Broker {
                     to: to.clone(),
                     waiting: relay_waiting(cluster, to),
                     deadline: now + cluster.relay_timeout(),
+                    at: claimed_at,
                 })
             }
             _ => None,
@@ -194,8 +195,16 @@ impl Broker {
     }
 
     /// Node `node` marked the end of what it had forwarded here for `client_id`'s session,
-    /// handed over: once every node has, the session stops relaying and ends.
-    pub fn relay_marked(&self, client_id: &str, node: &str, now: Instant, wake: &mut WakeList) {
+    /// handed over on the claim made `at`: once every node has, the session stops relaying and
+    /// ends. A mark of another take-over (late, from before this node was away) counts not.
+    pub fn relay_marked(
+        &self,
+        client_id: &str,
+        node: &str,
+        at: Arrival,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
         let Some(cell) = self
             .router
             .cluster()
@@ -204,10 +213,11 @@ impl Broker {
             return;
         };
         let done = match &mut cell.state.lock().handover {
-            Handover::Relaying(relaying) => {
+            Handover::Relaying(relaying) if relaying.at == at => {
                 relaying.waiting.retain(|name| &**name != node);
                 relaying.waiting.is_empty()
             }
+            Handover::Relaying(_) => false,
             _ => true,
         };
         if done {

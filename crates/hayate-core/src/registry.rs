@@ -103,6 +103,8 @@ pub struct Relaying {
     pub waiting: Vec<Arc<str>>,
     /// When relaying ends whatever has not arrived.
     pub deadline: std::time::Instant,
+    /// The claim it was handed over on (marks name it).
+    pub at: hayate_session::Arrival,
 }
 
 /// A CONNACK held until the other nodes answered the claim (`Channel::poll_handover`).

@@ -667,8 +667,12 @@ impl Ord for SortedByTopic {
 fn add_target(targets: &mut Vec<Target>, entry: &SubEntry, message: &Message) {
     // A message from another node of the cluster reached every node that wanted it directly:
     // it is never passed on to a third (`crate::cluster`).
-    if message.from_peer.is_some() && entry.cell.kind == SessionKind::Peer {
-        return;
+    if let Some(scope) = &message.from_peer {
+        if entry.cell.kind == SessionKind::Peer
+            || (!scope.except.is_empty() && scope.except.contains(&entry.cell.client_id))
+        {
+            return;
+        }
     }
     let options: SubscriptionOptions = entry.record.options;
     // [MQTT-3.8.3-3] No Local: never back to the connection that published it.

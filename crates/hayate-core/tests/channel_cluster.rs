@@ -426,6 +426,9 @@ fn relaying_harness(timeout: Duration) -> (CoreHarness, Arc<ClusterRoutes>) {
     (harness, routes)
 }
 
+/// When n2's claim for `c` was made.
+const CLAIM: hayate_core::Arrival = hayate_core::Arrival::from_nanos(1_000);
+
 /// Hands client `c` (subscribed to `o/#` and a shared group) over to node n2, with n3 known.
 fn hand_c_over(
     harness: &CoreHarness,
@@ -445,7 +448,7 @@ fn hand_c_over(
         .hand_over(
             "c",
             false,
-            hayate_core::Arrival::UNKNOWN,
+            CLAIM,
             harness.session("$cluster/n2").as_ref(),
             harness.now(),
             &mut wake,
@@ -501,18 +504,22 @@ fn a_session_handed_over_relays_forwarded_messages_until_every_node_marked() {
         ("o/6", &b"6"[..])
     );
 
-    // n2 marks; n3 has not yet: still relaying.
+    // A late mark of an earlier take-over counts not; n2 marks; n3 has not yet: relaying.
     let mut wake = Vec::new();
+    let earlier = hayate_core::Arrival::from_nanos(500);
     harness
         .broker
-        .relay_marked("c", "n2", harness.now(), &mut wake);
+        .relay_marked("c", "n3", earlier, harness.now(), &mut wake);
+    harness
+        .broker
+        .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
     forward(&mut ingress, "o/7", b"7", 2);
     assert_eq!(peer2.transmit_publishes().len(), 1);
     assert_eq!(routes.len(), 1);
     // n3 marks: relaying ends, `o/#` leaves the route set, nothing more is relayed.
     harness
         .broker
-        .relay_marked("c", "n3", harness.now(), &mut wake);
+        .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake);
     assert_eq!(routes.len(), 0);
     assert!(matches!(feed.try_recv(), Ok(RouteDelta::Remove(f)) if &*f == "o/#"));
     forward(&mut ingress, "o/8", b"8", 3);
@@ -528,7 +535,7 @@ fn relaying_ends_at_its_deadline_when_a_node_never_marks() {
     let mut wake = Vec::new();
     harness
         .broker
-        .relay_marked("c", "n2", harness.now(), &mut wake);
+        .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
     harness.advance(Duration::from_secs(29));
     harness.broker.expire_relays(harness.now(), &mut wake);
     forward(&mut ingress, "o/1", b"1", 1);
@@ -574,4 +581,51 @@ fn relayed_deliveries_are_queued_in_the_session_that_took_over() {
             .deliver_relayed("gone", Vec::new(), harness.now(), &mut wake),
         0
     );
+}
+
+/// The claiming node's side: from before it takes a session over until a node's mark comes
+/// back, what that node forwards does not reach the session (the old node relays it), so
+/// nothing arrives twice; other sessions and other nodes' copies are not affected.
+#[test]
+fn a_session_taken_over_skips_a_nodes_copies_until_its_mark_comes_back() {
+    let (harness, routes) = cluster_harness();
+    let mut c = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    c.subscribe("o/#", QoS::AtLeastOnce);
+    let mut other = harness.client(ConnectSpec::v5("other"));
+    other.subscribe("o/#", QoS::AtLeastOnce);
+    c.received();
+    other.received();
+    let until = harness.now() + Duration::from_secs(15);
+    routes.suppress("c".into(), CLAIM, vec!["n3".into(), "n4".into()], until);
+    let mut from_n3 = on_role(&harness, ListenerRole::PeerIngress);
+    from_n3.connect(ConnectSpec::v5("$cluster/in/n3"));
+    let mut from_n5 = on_role(&harness, ListenerRole::PeerIngress);
+    from_n5.connect(ConnectSpec::v5("$cluster/in/n5"));
+
+    forward(&mut from_n3, "o/1", b"1", 1);
+    assert!(
+        c.transmit_publishes().is_empty(),
+        "n3's copy is relayed instead"
+    );
+    assert_eq!(other.transmit_publishes().len(), 1);
+    forward(&mut from_n5, "o/2", b"2", 1);
+    assert_eq!(c.transmit_publishes().len(), 1, "n5 is not suppressed");
+    other.transmit_publishes();
+
+    // A mark of another take-over changes nothing; n3's own mark lets its copies through.
+    routes.unsuppress("c", hayate_core::Arrival::from_nanos(7), "n3");
+    forward(&mut from_n3, "o/3", b"3", 2);
+    assert!(c.transmit_publishes().is_empty());
+    routes.unsuppress("c", CLAIM, "n3");
+    forward(&mut from_n3, "o/4", b"4", 3);
+    assert_eq!(c.transmit_publishes()[0].payload.as_ref(), b"4");
+
+    // n4 never marks: its copies reach the session again at the deadline.
+    let mut from_n4 = on_role(&harness, ListenerRole::PeerIngress);
+    from_n4.connect(ConnectSpec::v5("$cluster/in/n4"));
+    forward(&mut from_n4, "o/5", b"5", 1);
+    assert!(c.transmit_publishes().is_empty());
+    harness.advance(Duration::from_secs(15));
+    forward(&mut from_n4, "o/6", b"6", 2);
+    assert_eq!(c.transmit_publishes()[0].payload.as_ref(), b"6");
 }

@@ -160,8 +160,13 @@ impl Channel {
         .with_arrival(self.arrival);
         let message = if self.info.listener.role == ListenerRole::PeerIngress {
             let ids = &publish.properties.subscription_identifiers;
+            // The ingress of the link from node N is `$cluster/in/N`.
+            let node = self
+                .client_id()
+                .and_then(|id| id.strip_prefix(crate::cluster::INGRESS_CLIENT_PREFIX))
+                .unwrap_or_default();
             let scope = match self.broker.router.cluster() {
-                Some(cluster) => cluster.scope_of(ids),
+                Some(cluster) => cluster.scope_from(node, ids, now),
                 None => PeerScope::default(),
             };
             message.forwarded_by_peer(Arc::new(scope))
