@@ -271,10 +271,12 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
+    /// QoS 2, as the forwarded messages it must not overtake: a stored session sends a QoS 2
+    /// message only once it is stored, while a QoS 1 one would go at once.
     pub(crate) fn to_publish(&self, packet_id: PacketId) -> Publish {
         Publish {
             dup: false,
-            qos: QoS::AtLeastOnce,
+            qos: QoS::ExactlyOnce,
             retain: false,
             topic: MARK_TOPIC.into(),
             packet_id: Some(packet_id),
@@ -283,12 +285,12 @@ impl Mark {
         }
     }
 
-    /// The mark as a message for a peer session's queue here.
+    /// The mark as a message for a peer session's queue here (QoS 2, see `to_publish`).
     pub(crate) fn to_message(&self) -> Message {
         Message::new(
             MARK_TOPIC.into(),
             Bytes::new(),
-            QoS::AtLeastOnce,
+            QoS::ExactlyOnce,
             false,
             self.properties(),
             None,
@@ -447,7 +449,7 @@ mod tests {
             at: 1_795_000_000_000_000_000,
         };
         let publish = mark.to_publish(PacketId::new(3).unwrap());
-        assert_eq!(publish.qos, QoS::AtLeastOnce);
+        assert_eq!(publish.qos, QoS::ExactlyOnce);
         assert_eq!(Mark::from_publish(&publish), Some(mark.clone()));
         assert_eq!(
             Mark::from_publish(&as_publish(&mark.to_message())),

@@ -57,6 +57,8 @@ pub(crate) struct LinkContext {
     /// Marks each link publishes on its node after the route deltas before them (sessions
     /// taken over here: `crate::relay`).
     pub marks: Arc<crate::relay::MarkBoard>,
+    /// The node is shutting down: claims wait for its restart (see `Link::on_control`).
+    pub shutdown: watch::Receiver<bool>,
 }
 
 /// One link, alive across reconnections to the same incarnation of the other node.
@@ -536,8 +538,9 @@ impl Link {
                 }
                 Ok(())
             }
-            // PUBACK: of a mark this link published there.
-            Packet::UnsubAck(_) | Packet::PubAck(_) => Ok(()),
+            // The QoS 2 flow of a mark this link published there.
+            Packet::PubRec(rec) => client.queue(&Packet::PubRel(PubResp::new(rec.packet_id))),
+            Packet::UnsubAck(_) | Packet::PubComp(_) => Ok(()),
             Packet::Disconnect(disconnect) => {
                 Err(ClusterError::Disconnected(disconnect.reason_code.0))
             }
@@ -604,6 +607,14 @@ impl Link {
                 None => tracing::warn!(peer = %self.peer, "cluster_mark_malformed"),
             }
         } else if publish.topic.as_str() == CLAIM_TOPIC {
+            if *self.ctx.shutdown.borrow() {
+                // Shutting down: a session handed over now would leave its relay with this
+                // process, and what the other node queued for the client here after the
+                // claim would find nothing when this node is back. Unacknowledged, the claim
+                // comes again when the link resumes its session after the restart.
+                tracing::info!(peer = %self.peer, "cluster_claim_left_for_restart");
+                return Ok(());
+            }
             match Claim::from_publish(&publish) {
                 Some(claim) if claim.clean_start => {
                     answer_claim(&self.ctx.broker, &self.peer, &claim, now)

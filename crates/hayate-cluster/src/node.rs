@@ -35,6 +35,9 @@ const DURABLE_KEY: &str = "durable";
 const CLUSTER_ID: &str = "hayate";
 /// Answers to claims waiting for the node task.
 const ANSWERS_CAPACITY: usize = 4_096;
+/// How long a node shutting down waits at most for its sessions handed over a moment ago to
+/// finish relaying.
+const RELAY_AT_EXIT: Duration = Duration::from_secs(5);
 /// How long a claim waits for answers before its CONNACK goes out anyway (the channel's own
 /// limit is a little longer).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -173,6 +176,7 @@ pub async fn start(
         ctx: LinkContext {
             answers,
             marks: Arc::new(crate::relay::MarkBoard::new()),
+            shutdown: shutdown.clone(),
             broker,
             routes,
             self_name: Arc::from(config.node_name.as_str()),
@@ -269,6 +273,7 @@ impl Node {
             .with_chitchat(|chitchat| chitchat.self_node_state().set(key, "1"))
             .await;
         tokio::time::sleep(self.gossip_interval * 3).await;
+        self.finish_relays().await;
         for (_, peer) in self.peers.drain() {
             let _ = peer.stop.send(true);
             let _ = peer.task.await;
@@ -360,6 +365,20 @@ impl Node {
         if done {
             self.pending.remove(&answer.client_id);
             self.ctx.broker.release_handover(&answer.client_id);
+        }
+    }
+
+    /// Before the links stop: sessions handed over a moment ago relay until the other nodes
+    /// marked the end (their relay lives in this process only), at most `RELAY_AT_EXIT`.
+    async fn finish_relays(&self) {
+        let until = Instant::now() + RELAY_AT_EXIT.min(self.ctx.routes.relay_timeout());
+        while self.ctx.routes.relaying_count() > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.expire_relays();
+        }
+        let left = self.ctx.routes.relaying_count();
+        if left > 0 {
+            tracing::warn!(sessions = left, "cluster_relays_cut_by_shutdown");
         }
     }
 

@@ -129,12 +129,13 @@ pub(crate) fn take_over(
         at: answer.at,
     };
     if let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{old}")) {
-        let delivery = Delivery::new(Arc::new(mark.to_message()), QoS::AtLeastOnce, false);
+        let delivery = Delivery::new(Arc::new(mark.to_message()), QoS::ExactlyOnce, false);
         let mut outcome = RouteOutcome::default();
         broker
             .router
             .deliver(&cell, delivery, now, wake, &mut outcome);
     }
+    tracing::debug!(client_id = %mark.client_id, ?others, at = mark.at, "cluster_marks_posted");
     ctx.marks.post(&mark, &others, now);
 }
 
@@ -149,6 +150,7 @@ pub(crate) fn on_mark(
     wake: &mut WakeList,
 ) {
     let at = Arrival::from_nanos(mark.at);
+    tracing::debug!(from, client_id = %mark.client_id, old = %mark.old, new = %mark.new, at = mark.at, "cluster_mark_received");
     if mark.old == ctx.self_name {
         ctx.broker
             .relay_marked(&mark.client_id, from, at, now, wake);

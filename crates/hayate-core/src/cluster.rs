@@ -500,6 +500,11 @@ impl ClusterRoutes {
         }
     }
 
+    /// How many sessions relay now.
+    pub fn relaying_count(&self) -> usize {
+        self.relays.lock().len()
+    }
+
     /// Every session relaying now.
     pub(crate) fn relaying_all(&self) -> Vec<Arc<SessionCell>> {
         self.relays.lock().values().cloned().collect()

@@ -77,10 +77,22 @@ impl Node {
     /// Stops the process with SIGTERM (a graceful shutdown: it leaves the cluster) and waits
     /// for it to exit.
     pub fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        self.begin_terminate();
+        self.wait_exit();
+    }
+
+    /// Sends SIGTERM and returns at once (the node shuts down meanwhile; [`Node::wait_exit`]).
+    pub fn begin_terminate(&self) {
+        if let Some(child) = &self.child {
             let _ = Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
                 .status();
+        }
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self) {
+        if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
     }
