@@ -284,6 +284,90 @@ async fn the_queue_survives_a_restart_still_bounded() {
     );
 }
 
+/// The remote broker unreachable from the very first start of Hayate (the proxy refuses
+/// every connection): the bridge's session exists from the start, so what is published for it
+/// waits in its bounded queue (the oldest dropped, counted) and arrives, in order, once the
+/// remote broker can be reached.
+async fn remote_down_from_the_first_start(protocol: BridgeProtocol) {
+    let mut s = setup(protocol).await;
+    s.config.max_queued_messages = Some(50);
+    s.proxy.set_blocked(true);
+    let v = match protocol {
+        BridgeProtocol::Mqttv50 => ProtocolVersion::V5,
+        _ => ProtocolVersion::V311,
+    };
+    let mut remote_sub = s.mosquitto.client(v, "remote-sub", true).await;
+    remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    let hayate = start_hayate(&s.config, None).await;
+    // The bridge says 0 once its session exists.
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 0, 120, 10).await;
+    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == 70).await, 70);
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 50).await, 50);
+    assert_eq!(sys_value(&hayate, "connects", |_| true).await, 0);
+
+    s.proxy.set_blocked(false);
+    wait_for_state(&mut state, b"1").await;
+    let got = numbers_until(&mut remote_sub, 119).await;
+    assert_eq!(
+        got,
+        (70..120).collect::<Vec<_>>(),
+        "the newest 50, in order"
+    );
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 0).await, 0);
+}
+
+#[tokio::test]
+async fn remote_down_from_the_first_start_v311() {
+    remote_down_from_the_first_start(BridgeProtocol::Mqttv311).await;
+}
+
+#[tokio::test]
+async fn remote_down_from_the_first_start_v5() {
+    remote_down_from_the_first_start(BridgeProtocol::Mqttv50).await;
+}
+
+/// The same with `[storage]`, and Hayate restarted before the remote broker is ever reached:
+/// the queue made at the first start is on disk, comes back, and is delivered in order.
+#[tokio::test]
+async fn remote_down_from_the_first_start_across_a_restart() {
+    let mut s = setup(BridgeProtocol::Mqttv311).await;
+    s.config.max_queued_messages = Some(30);
+    s.proxy.set_blocked(true);
+    let data = tempfile::tempdir().unwrap();
+    let mut remote_sub = s
+        .mosquitto
+        .client(ProtocolVersion::V311, "remote-sub", true)
+        .await;
+    remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    let hayate = start_hayate(&s.config, Some(data.path())).await;
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 0, 40, 10).await;
+    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == 10).await, 10);
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 30).await, 30);
+    drop((local_pub, state));
+    hayate.handle.shutdown().await;
+
+    let hayate = start_hayate(&s.config, Some(data.path())).await;
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 30).await, 30);
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 40, 50, 10).await;
+    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == 10).await, 10);
+
+    s.proxy.set_blocked(false);
+    wait_for_state(&mut state, b"1").await;
+    let got = numbers_until(&mut remote_sub, 49).await;
+    assert_eq!(got, (20..50).collect::<Vec<_>>(), "the newest 30, in order");
+    assert_eq!(sys_value(&hayate, "connects", |v| v == 1).await, 1);
+}
+
 /// Resident memory of this process, in bytes (`/proc/self/statm`).
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
