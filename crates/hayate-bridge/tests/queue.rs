@@ -368,6 +368,31 @@ async fn remote_down_from_the_first_start_across_a_restart() {
     assert_eq!(sys_value(&hayate, "connects", |v| v == 1).await, 1);
 }
 
+/// A bridge removed (SIGHUP) while its remote broker has never been reached: with
+/// `local_cleansession true` its session ends with what queued in it; without, the session
+/// stays with its queue, as any persistent session.
+#[tokio::test]
+async fn a_bridge_removed_while_down_ends_its_session_only_with_local_cleansession() {
+    for clean in [false, true] {
+        let mut s = setup(BridgeProtocol::Mqttv311).await;
+        s.config.local_cleansession = Some(clean);
+        s.proxy.set_blocked(true);
+        let hayate = start_hayate(&s.config, None).await;
+        let mut state = state_watcher(&hayate).await;
+        wait_for_state(&mut state, b"0").await;
+        let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+        publish_range(&mut local_pub, 0, 5, 10).await;
+        let broker = &hayate.handle.broker;
+        let client_id = "local.q-remote";
+        assert_eq!(broker.queue_figures(client_id).map(|(n, _)| n), Some(5));
+        let report = hayate.handle.reload_bridges(Vec::new()).await;
+        assert_eq!(report.removed, [NAME]);
+        let left = broker.queue_figures(client_id).map(|(n, _)| n);
+        let want = if clean { None } else { Some(5) };
+        assert_eq!(left, want, "local_cleansession {clean}");
+    }
+}
+
 /// Resident memory of this process, in bytes (`/proc/self/statm`).
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
