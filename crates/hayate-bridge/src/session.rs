@@ -4,7 +4,9 @@
 //! moment; ended when the bridge stops with `local_cleansession`.
 //!
 //! The session is connected once in-process, subscribed to the outgoing filters and left
-//! offline. Its subscriptions are made with Retain Handling 2 (no retained messages): those
+//! offline; unless it exists already with those subscriptions (restored from the store): then
+//! it is left untouched until the first link, so that its queue stays droppable (connecting
+//! moves the head of the queue in flight). Its subscriptions are made with Retain Handling 2 (no retained messages): those
 //! would go in flight at once and reach the remote broker later as resends, or, at QoS 0, be
 //! lost. Instead, when the session is new, the first link's retained replay (`crate::retained`)
 //! sends every retained message of the outgoing filters, and the watcher started here records
@@ -20,9 +22,8 @@ use std::time::Instant;
 /// `max_inflight_messages`); the first link sets the real one.
 const INITIAL_WINDOW: u16 = 20;
 
-/// Creates (or resumes) the bridge's local session if it has not been connected yet, and
-/// leaves it offline with its subscriptions, so that messages queue for the bridge before its
-/// first link.
+/// Creates the bridge's local session if it has not been connected yet, and leaves it offline
+/// with its subscriptions, so that messages queue for the bridge before its first link.
 pub(crate) fn prepare(bridge: &mut Bridge) -> Result<(), BridgeError> {
     if !bridge.first_local {
         return Ok(());
@@ -37,6 +38,13 @@ pub(crate) fn prepare(bridge: &mut Bridge) -> Result<(), BridgeError> {
     if replay {
         // Watch before subscribing, so that no change between the two is missed.
         bridge.start_watcher(now);
+    }
+    if !clean_start && subscribed_already(bridge) {
+        // A session restored from the store (or left by an earlier run of the bridge) queues
+        // already. Connecting it would move the head of its queue in flight, where a full
+        // queue can no longer drop it: it stays as it is until the first link.
+        bridge.first_local = false;
+        return Ok(());
     }
     let local = Local::connect(
         &bridge.broker,
@@ -62,6 +70,19 @@ pub(crate) fn prepare(bridge: &mut Bridge) -> Result<(), BridgeError> {
     local.close(false, now);
     bridge.first_local = false;
     Ok(())
+}
+
+/// The bridge's session exists with a subscription to each outgoing filter at its QoS.
+fn subscribed_already(bridge: &Bridge) -> bool {
+    let Some(cell) = bridge.broker.registry.get(&bridge.local.client_id) else {
+        return false;
+    };
+    let state = cell.state.lock();
+    bridge.topics.outgoing().all(|rule| {
+        state.subscriptions.iter().any(|(filter, record)| {
+            **filter == *rule.local_filter() && record.options.qos == rule.qos()
+        })
+    })
 }
 
 /// Ends the bridge's local session (a bridge stopping with `local_cleansession` while its
