@@ -240,12 +240,19 @@ pub fn spawn(
     let _ = stats
         .queue
         .set((Arc::downgrade(&broker), local.client_id.clone()));
+    let max_messages = config
+        .max_queued_messages
+        .unwrap_or(broker.config().max_queued_messages);
+    if config.start_type == BridgeStartType::Lazy
+        && usize::try_from(config.threshold).unwrap_or(usize::MAX) > max_messages
+    {
+        // The queue never holds that many: the bridge would never connect.
+        tracing::warn!(bridge = %config.name, threshold = config.threshold, max_queued_messages = max_messages, "bridge_lazy_threshold_above_queue_limit");
+    }
     broker.set_queue_limits(
         &local.client_id,
         Some(QueueLimits {
-            max_messages: config
-                .max_queued_messages
-                .unwrap_or(broker.config().max_queued_messages),
+            max_messages,
             max_bytes: config
                 .max_queued_bytes
                 .unwrap_or(broker.config().max_queued_bytes),
