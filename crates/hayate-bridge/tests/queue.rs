@@ -7,7 +7,7 @@
 mod common;
 
 use common::{bridge, topic, wait_for_state, Mosquitto};
-use hayate_bridge::config::{BridgeConfig, BridgeDirection, BridgeProtocol};
+use hayate_bridge::config::{BridgeConfig, BridgeDirection, BridgeProtocol, BridgeStartType};
 use hayate_codec::{Packet, ProtocolVersion, QoS};
 use hayate_testkit::proxy::Proxy;
 use hayate_testkit::{publish_packet, RawClient, Received, TestBroker};
@@ -366,6 +366,50 @@ async fn remote_down_from_the_first_start_across_a_restart() {
     let got = numbers_until(&mut remote_sub, 49).await;
     assert_eq!(got, (20..50).collect::<Vec<_>>(), "the newest 30, in order");
     assert_eq!(sys_value(&hayate, "connects", |v| v == 1).await, 1);
+}
+
+/// `start_type once` with the remote broker unreachable at start: the bridge tries once and
+/// stops for good (it does not connect when the remote broker comes up), its session keeps
+/// what was published for it, and a reload that starts it again (changed to `automatic`)
+/// sends that, in order.
+#[tokio::test]
+async fn once_stops_after_its_failed_attempt_and_keeps_the_queue_for_a_later_start() {
+    let mut s = setup(BridgeProtocol::Mqttv311).await;
+    s.config.start_type = BridgeStartType::Once;
+    s.proxy.set_blocked(true);
+    let mut remote_sub = s
+        .mosquitto
+        .client(ProtocolVersion::V311, "remote-sub", true)
+        .await;
+    remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    let hayate = start_hayate(&s.config, None).await;
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 0, 10, 10).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.proxy.set_blocked(false);
+    // Several restart_timeouts (1 s): a bridge that retried would be connected by now.
+    match remote_sub.recv_timeout(Duration::from_secs(3)).await {
+        Received::Timeout => {}
+        other => panic!("the once bridge connected again: {other:?}"),
+    }
+    assert_eq!(
+        hayate
+            .handle
+            .broker
+            .queue_figures("local.q-remote")
+            .map(|(n, _)| n),
+        Some(10)
+    );
+
+    let mut again = s.config.clone();
+    again.start_type = BridgeStartType::Automatic;
+    let report = hayate.handle.reload_bridges(vec![again]).await;
+    assert_eq!(report.changed, [NAME]);
+    wait_for_state(&mut state, b"1").await;
+    let got = numbers_until(&mut remote_sub, 9).await;
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
 }
 
 /// A bridge removed (SIGHUP) while its remote broker has never been reached: with
