@@ -382,12 +382,16 @@ async fn once_stops_after_its_failed_attempt_and_keeps_the_queue_for_a_later_sta
         .client(ProtocolVersion::V311, "remote-sub", true)
         .await;
     remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
-    let hayate = start_hayate(&s.config, None).await;
+    // The bridge is added once the state watcher listens: it says 0 when it starts and 0
+    // again when it stops after its one attempt.
+    let hayate = TestBroker::start().await;
     let mut state = state_watcher(&hayate).await;
+    let report = hayate.handle.reload_bridges(vec![s.config.clone()]).await;
+    assert_eq!(report.added, [NAME]);
     wait_for_state(&mut state, b"0").await;
     let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
     publish_range(&mut local_pub, 0, 10, 10).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for_state(&mut state, b"0").await;
     s.proxy.set_blocked(false);
     // Several restart_timeouts (1 s): a bridge that retried would be connected by now.
     match remote_sub.recv_timeout(Duration::from_secs(3)).await {
