@@ -6,11 +6,11 @@
 //! The session is connected once in-process, subscribed to the outgoing filters and left
 //! offline; unless it exists already with those subscriptions (restored from the store): then
 //! it is left untouched until the first link, so that its queue stays droppable (connecting
-//! moves the head of the queue in flight). Its subscriptions are made with Retain Handling 2 (no retained messages): those
-//! would go in flight at once and reach the remote broker later as resends, or, at QoS 0, be
-//! lost. Instead, when the session is new, the first link's retained replay (`crate::retained`)
-//! sends every retained message of the outgoing filters, and the watcher started here records
-//! the retained changes made before that link.
+//! moves the head of the queue in flight). Its subscriptions are made with Retain Handling 2
+//! (no retained messages): those would go in flight at once and reach the remote broker later
+//! as resends, or, at QoS 0, be lost. Instead, when the session is new, the first link's
+//! retained replay (`crate::retained`) sends every retained message of the outgoing filters,
+//! and the watcher started here records the retained changes made before that link.
 
 use crate::bridge::Bridge;
 use crate::local::{Local, RemoteLimits, RETAINED_IF_NEW, RETAINED_NEVER};
@@ -35,7 +35,7 @@ pub(crate) fn prepare(bridge: &mut Bridge) -> Result<(), BridgeError> {
         .unwrap_or(bridge.config.cleansession);
     // Retained messages go out through the replay only where they go out at all.
     let replay = bridge.config.outgoing_retain && bridge.topics.outgoing().next().is_some();
-    if replay {
+    if replay && bridge.watcher.is_none() {
         // Watch before subscribing, so that no change between the two is missed.
         bridge.start_watcher(now);
     }
