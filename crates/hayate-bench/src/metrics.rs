@@ -9,15 +9,13 @@ use crate::engine::PartLive;
 use crate::error::{BenchError, Result};
 use crate::live::{MetricsSnapshot, LATENCY_BUCKETS_SECONDS};
 use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use hayate_prometheus::{text_response, Families, HistogramFigures, Labels};
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -106,21 +104,7 @@ impl MetricsEndpoint {
 }
 
 async fn handler(State(registry): State<Arc<Registry>>) -> Response {
-    let mut text = String::with_capacity(8 * 1024);
-    match prometheus_client::encoding::prometheus_text::encode(&mut text, &registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-            )],
-            text,
-        )
-            .into_response(),
-        Err(error) => {
-            tracing::error!(%error, "metrics_encoding_failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
+    text_response(&registry)
 }
 
 /// Reads the parts' live counters when scraped.
@@ -134,41 +118,12 @@ impl fmt::Debug for BenchCollector {
     }
 }
 
-/// Labels of one sample.
-type Labels = Vec<(&'static str, String)>;
-
 /// One role's connection figures.
 #[derive(Default, Clone, Copy)]
 struct Connections {
     established: u64,
     failed: u64,
     lost: u64,
-}
-
-fn family(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    samples: &[(Labels, u64)],
-) -> fmt::Result {
-    if samples.is_empty() {
-        return Ok(());
-    }
-    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-    for (labels, value) in samples {
-        let sample = family.encode_family(labels)?;
-        match kind {
-            MetricType::Counter => ConstCounter::new(*value).encode(sample)?,
-            _ => ConstGauge::new(*value).encode(sample)?,
-        }
-    }
-    Ok(())
-}
-
-fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
-    let metric = ConstCounter::new(value);
-    metric.encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
 fn by_qos(values: &[u64]) -> Vec<(Labels, u64)> {
@@ -199,9 +154,8 @@ impl Collector for BenchCollector {
             c.lost += live.dropped.load(Relaxed);
             c.failed += snapshot.connect_failed;
         }
-        let e = &mut encoder;
-        family(
-            e,
+        let e = &mut Families::new(&mut encoder);
+        e.family(
             "hayate_bench_run_info",
             "The scenario being run (always 1).",
             MetricType::Gauge,
@@ -213,29 +167,25 @@ impl Collector for BenchCollector {
                 .map(|(role, c)| (vec![("role", role.to_string())], value(c)))
                 .collect()
         };
-        family(
-            e,
+        e.family(
             "hayate_bench_connections",
             "Connections open now (established and not lost), by role.",
             MetricType::Gauge,
             &per_role(|c| c.established.saturating_sub(c.lost)),
         )?;
-        family(
-            e,
+        e.family(
             "hayate_bench_connections_established",
             "Connections established (CONNACK accepted), by role.",
             MetricType::Counter,
             &per_role(|c| c.established),
         )?;
-        family(
-            e,
+        e.family(
             "hayate_bench_connections_failed",
             "Connection attempts that failed (refused, timed out, unreachable), by role.",
             MetricType::Counter,
             &per_role(|c| c.failed),
         )?;
-        family(
-            e,
+        e.family(
             "hayate_bench_connections_lost",
             "Connections lost during the run, by role.",
             MetricType::Counter,
@@ -246,84 +196,74 @@ impl Collector for BenchCollector {
     }
 }
 
-fn messages(e: &mut DescriptorEncoder, total: &MetricsSnapshot) -> fmt::Result {
-    family(
-        e,
+fn messages(e: &mut Families<'_, '_>, total: &MetricsSnapshot) -> fmt::Result {
+    e.family(
         "hayate_bench_publish_sent",
         "PUBLISH packets the publishers wrote, by QoS.",
         MetricType::Counter,
         &by_qos(&total.sent),
     )?;
-    family(
-        e,
+    e.family(
         "hayate_bench_publish_sent_payload_bytes",
         "Payload bytes of the PUBLISH packets written, by QoS.",
         MetricType::Counter,
         &by_qos(&total.sent_bytes),
     )?;
-    family(
-        e,
+    e.family(
         "hayate_bench_publish_received",
         "PUBLISH packets the subscribers received (duplicates included), by the QoS they arrived with.",
         MetricType::Counter,
         &by_qos(&total.received),
     )?;
-    family(
-        e,
+    e.family(
         "hayate_bench_publish_received_payload_bytes",
         "Payload bytes of the PUBLISH packets received, by QoS.",
         MetricType::Counter,
         &by_qos(&total.received_bytes),
     )?;
-    counter(
-        e,
+    e.counter(
         "hayate_bench_messages_duplicate",
         "Copies of messages already received.",
+        None,
         total.duplicates,
     )?;
-    counter(
-        e,
+    e.counter(
         "hayate_bench_messages_out_of_order",
         "Messages that arrived after a later message of the same publisher.",
+        None,
         total.reordered,
     )?;
-    counter(
-        e,
+    e.counter(
         "hayate_bench_messages_foreign",
         "PUBLISH packets received whose payload is not a bench payload.",
+        None,
         total.foreign,
     )?;
-    counter(
-        e,
+    e.counter(
         "hayate_bench_publish_errors",
         "Negative acknowledgements (PUBACK or PUBREC with an error reason code).",
+        None,
         total.publish_errors,
     )?;
-    counter(
-        e,
+    e.counter(
         "hayate_bench_subscribe_failures",
         "Subscriptions the broker refused.",
+        None,
         total.subscribe_failed,
     )
 }
 
-fn latency(e: &mut DescriptorEncoder, total: &MetricsSnapshot) -> fmt::Result {
-    let bounds = LATENCY_BUCKETS_SECONDS
-        .iter()
-        .copied()
-        .chain([f64::INFINITY]);
-    let buckets: Vec<(f64, u64)> = bounds
-        .zip(total.latency.iter().copied().chain(std::iter::repeat(0)))
-        .collect();
-    let count = buckets.iter().map(|(_, n)| n).sum();
-    let unit = Unit::Seconds;
-    let mut metric = e.encode_descriptor(
+fn latency(e: &mut Families<'_, '_>, total: &MetricsSnapshot) -> fmt::Result {
+    let figures = HistogramFigures::from_counts(
+        &LATENCY_BUCKETS_SECONDS,
+        &total.latency,
+        total.latency_sum_ns as f64 / 1e9,
+    );
+    e.histogram(
         "hayate_bench_latency",
         "End-to-end latency of the bench messages received, from their intended send time (coordinated-omission corrected).",
-        Some(&unit),
-        MetricType::Histogram,
-    )?;
-    metric.encode_histogram::<NoLabelSet>(total.latency_sum_ns as f64 / 1e9, count, &buckets, None)
+        &figures,
+    )
 }
 
 #[cfg(test)]

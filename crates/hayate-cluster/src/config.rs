@@ -54,6 +54,11 @@ pub struct ClusterConfig {
     /// answers, at most this many seconds (then Session Present 0; the session follows later).
     #[serde(default = "default_stopped_node_wait_secs")]
     pub stopped_node_wait_secs: u64,
+    /// After handing a session over to another node, this node passes on to it what the
+    /// other nodes still forward here for the session, until each has marked the end of it,
+    /// at most this many seconds (`docs/CLUSTER.md`, "Relay after a handover").
+    #[serde(default = "default_handover_relay_secs")]
+    pub handover_relay_secs: u64,
 }
 
 fn yes() -> bool {
@@ -74,6 +79,10 @@ fn default_dead_node_grace_secs() -> u64 {
 
 fn default_stopped_node_wait_secs() -> u64 {
     15
+}
+
+fn default_handover_relay_secs() -> u64 {
+    30
 }
 
 /// Why a `[cluster]` table cannot be used.
@@ -103,6 +112,7 @@ impl ClusterConfig {
             phi_threshold: default_phi_threshold(),
             dead_node_grace_secs: default_dead_node_grace_secs(),
             stopped_node_wait_secs: default_stopped_node_wait_secs(),
+            handover_relay_secs: default_handover_relay_secs(),
         }
     }
 
@@ -122,6 +132,9 @@ impl ClusterConfig {
         }
         if !(1.0..=100.0).contains(&self.phi_threshold) {
             return Err(ClusterConfigError::Range("phi_threshold"));
+        }
+        if !(1..=3_600).contains(&self.handover_relay_secs) {
+            return Err(ClusterConfigError::Range("handover_relay_secs"));
         }
         Ok(())
     }

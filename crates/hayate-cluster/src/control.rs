@@ -29,11 +29,19 @@ use std::time::{Duration, Instant};
 pub(crate) const CLAIM_TOPIC: &str = "$cluster/claim";
 /// A session handed over to the receiving node.
 pub(crate) const SESSION_TOPIC: &str = "$cluster/session";
+/// A message for a session the sending node handed over to the receiving one, which another
+/// node had forwarded to the sending node.
+pub(crate) const RELAY_TOPIC: &str = "$cluster/relay";
+/// The end of what a node forwarded to a node that handed a session over (published by the
+/// claiming node on each other node, routed there into every peer session's queue).
+pub(crate) const MARK_TOPIC: &str = "$cluster/mark";
 
 const CLIENT_ID: &str = "client_id";
 const CLEAN_START: &str = "clean_start";
 const AT: &str = "at";
 const PRESENT: &str = "present";
+const OLD: &str = "old";
+const NEW: &str = "new";
 
 /// Another node answered a claim of this node's (the link already took the session).
 #[derive(Debug)]
@@ -106,15 +114,32 @@ impl Claim {
 
 /// A decoded `$cluster/session`: for which client, and the session (`None`: the sending
 /// node had none). `None` when it does not decode.
-pub(crate) fn decode_answer(
-    publish: &Publish,
-    now: Instant,
-) -> Option<(String, Option<HandedOver>)> {
+pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAnswer> {
     let client_id = user_property(publish, CLIENT_ID)?.to_string();
-    if user_property(publish, PRESENT)? != "1" {
-        return Some((client_id, None));
-    }
-    Some((client_id, Some(decode_session(&publish.payload, now)?)))
+    // Absent from nodes of an older version: no relay then.
+    let at = user_property(publish, AT)
+        .and_then(|at| at.parse().ok())
+        .unwrap_or(0);
+    let handed = if user_property(publish, PRESENT)? == "1" {
+        Some(decode_session(&publish.payload, now)?)
+    } else {
+        None
+    };
+    Some(SessionAnswer {
+        client_id,
+        at,
+        handed,
+    })
+}
+
+/// A decoded `$cluster/session`.
+#[derive(Debug)]
+pub(crate) struct SessionAnswer {
+    pub client_id: String,
+    /// The claim's `at` (which take-over the marks are for).
+    pub at: u64,
+    /// The session (`None`: the sending node had none).
+    pub handed: Option<HandedOver>,
 }
 
 fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
@@ -126,14 +151,10 @@ fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The `$cluster/session` message answering a claim for `client_id`: the session handed
-/// over, or `None` when this node had none (the user property `present` tells them apart,
-/// as a session may be present and empty).
-pub(crate) fn session_message(
-    client_id: &str,
-    handed: Option<&HandedOver>,
-    now: Instant,
-) -> Message {
+/// The `$cluster/session` message answering `claim`: the session handed over, or `None`
+/// when this node had none (the user property `present` tells them apart, as a session may be
+/// present and empty).
+pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: Instant) -> Message {
     let empty = HandedOver::default();
     let present = handed.is_some();
     let handed = handed.unwrap_or(&empty);
@@ -155,27 +176,7 @@ pub(crate) fn session_message(
         );
     }
     for delivery in &handed.deliveries {
-        let message = &delivery.message;
-        let remaining = message
-            .expires_at
-            .map(|at| at.saturating_duration_since(now).as_secs().max(1) as u32);
-        if message.expires_at.is_some_and(|at| at <= now) {
-            continue;
-        }
-        let publish = Publish {
-            dup: delivery.maybe_sent && delivery.qos != QoS::AtMostOnce,
-            qos: delivery.qos,
-            retain: delivery.retain,
-            topic: message.topic.clone(),
-            packet_id: (delivery.qos != QoS::AtMostOnce).then_some(id),
-            properties: Properties {
-                message_expiry_interval: remaining,
-                subscription_identifiers: delivery.subscription_ids.clone(),
-                ..message.properties.clone()
-            },
-            payload: message.payload.clone(),
-        };
-        let _ = encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut payload);
+        encode_delivery(delivery, now, &mut payload);
     }
     for id in handed
         .inbound_qos2
@@ -195,14 +196,126 @@ pub(crate) fn session_message(
         false,
         Properties {
             user_properties: vec![
-                (CLIENT_ID.into(), client_id.into()),
+                (CLIENT_ID.into(), claim.client_id.as_str().into()),
                 (PRESENT.into(), if present { "1" } else { "0" }.into()),
+                (AT.into(), claim.at.to_string().as_str().into()),
             ],
             ..Properties::default()
         },
         None,
         None,
     )
+}
+
+/// One delivery as a PUBLISH (DUP when it may have been sent, the remaining expiry
+/// interval, its subscription identifiers); nothing when it expired.
+fn encode_delivery(delivery: &Delivery, now: Instant, payload: &mut BytesMut) {
+    let message = &delivery.message;
+    if message.expires_at.is_some_and(|at| at <= now) {
+        return;
+    }
+    let remaining = message
+        .expires_at
+        .map(|at| at.saturating_duration_since(now).as_secs().max(1) as u32);
+    let publish = Publish {
+        dup: delivery.maybe_sent && delivery.qos != QoS::AtMostOnce,
+        qos: delivery.qos,
+        retain: delivery.retain,
+        topic: message.topic.clone(),
+        packet_id: (delivery.qos != QoS::AtMostOnce).then(|| PacketId::new(1).expect("non-zero")),
+        properties: Properties {
+            message_expiry_interval: remaining,
+            subscription_identifiers: delivery.subscription_ids.clone(),
+            ..message.properties.clone()
+        },
+        payload: message.payload.clone(),
+    };
+    let _ = encode(&Packet::Publish(publish), ProtocolVersion::V5, payload);
+}
+
+/// The `$cluster/relay` message passing `delivery` on for `client_id`'s session, which this
+/// node handed over to the receiving one (`hayate_core::cluster::RelayEncoder`).
+pub(crate) fn relay_message(client_id: &str, delivery: &Delivery, now: Instant) -> Message {
+    let mut payload = BytesMut::new();
+    encode_delivery(delivery, now, &mut payload);
+    Message::new(
+        RELAY_TOPIC.into(),
+        payload.freeze(),
+        QoS::AtLeastOnce,
+        false,
+        Properties {
+            user_properties: vec![(CLIENT_ID.into(), client_id.into())],
+            ..Properties::default()
+        },
+        None,
+        None,
+    )
+}
+
+/// A decoded `$cluster/relay`: for which client, and what to queue in its session.
+pub(crate) fn decode_relay(publish: &Publish, now: Instant) -> Option<(String, Vec<Delivery>)> {
+    let client_id = user_property(publish, CLIENT_ID)?.to_string();
+    Some((client_id, decode_session(&publish.payload, now)?.deliveries))
+}
+
+/// A `$cluster/mark`: node `new` took `client_id`'s session over from node `old`; whatever
+/// the routing node forwarded to `old` before the mark, `old` relays to `new`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub client_id: Arc<str>,
+    pub old: Arc<str>,
+    pub new: Arc<str>,
+    /// The claim's `at`: which take-over this mark is for (a mark of an earlier one may
+    /// arrive late, after the old node was away).
+    pub at: u64,
+}
+
+impl Mark {
+    pub(crate) fn to_publish(&self, packet_id: PacketId) -> Publish {
+        Publish {
+            dup: false,
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            topic: MARK_TOPIC.into(),
+            packet_id: Some(packet_id),
+            properties: self.properties(),
+            payload: Bytes::new(),
+        }
+    }
+
+    /// The mark as a message for a peer session's queue here.
+    pub(crate) fn to_message(&self) -> Message {
+        Message::new(
+            MARK_TOPIC.into(),
+            Bytes::new(),
+            QoS::AtLeastOnce,
+            false,
+            self.properties(),
+            None,
+            None,
+        )
+    }
+
+    fn properties(&self) -> Properties {
+        Properties {
+            user_properties: vec![
+                (CLIENT_ID.into(), (*self.client_id).into()),
+                (OLD.into(), (*self.old).into()),
+                (NEW.into(), (*self.new).into()),
+                (AT.into(), self.at.to_string().as_str().into()),
+            ],
+            ..Properties::default()
+        }
+    }
+
+    pub(crate) fn from_publish(publish: &Publish) -> Option<Mark> {
+        Some(Mark {
+            client_id: user_property(publish, CLIENT_ID)?.into(),
+            old: user_property(publish, OLD)?.into(),
+            new: user_property(publish, NEW)?.into(),
+            at: user_property(publish, AT)?.parse().ok()?,
+        })
+    }
 }
 
 /// The session in a `$cluster/session` payload; `None` if it does not decode.
@@ -277,7 +390,7 @@ pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Cla
     if !claim.clean_start {
         match peer {
             Some(peer) => {
-                let message = session_message(&claim.client_id, handed.as_ref(), now);
+                let message = session_message(claim, handed.as_ref(), now);
                 let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
                 let mut outcome = hayate_core::router::RouteOutcome::default();
                 broker
@@ -312,17 +425,63 @@ mod tests {
     #[test]
     fn no_session_is_told_apart_from_an_empty_one() {
         let now = Instant::now();
-        let none = session_message("c", None, now);
+        let claim = Claim {
+            client_id: "c".into(),
+            clean_start: false,
+            at: 77,
+        };
+        let none = decode_answer(&as_publish(&session_message(&claim, None, now)), now).unwrap();
+        assert!(none.handed.is_none());
+        assert_eq!((none.client_id.as_str(), none.at), ("c", 77));
+        let empty = session_message(&claim, Some(&HandedOver::default()), now);
+        let got = decode_answer(&as_publish(&empty), now).unwrap();
+        assert!(got.handed.expect("present").is_empty());
+    }
+
+    #[test]
+    fn a_mark_and_a_relay_round_trip() {
+        let mark = Mark {
+            client_id: "c/+#".into(),
+            old: "n1".into(),
+            new: "n2".into(),
+            at: 1_795_000_000_000_000_000,
+        };
+        let publish = mark.to_publish(PacketId::new(3).unwrap());
+        assert_eq!(publish.qos, QoS::AtLeastOnce);
+        assert_eq!(Mark::from_publish(&publish), Some(mark.clone()));
         assert_eq!(
-            decode_answer(&as_publish(&none), now)
-                .unwrap()
-                .1
-                .map(|_| ()),
-            None
+            Mark::from_publish(&as_publish(&mark.to_message())),
+            Some(mark)
         );
-        let empty = session_message("c", Some(&HandedOver::default()), now);
-        let (_, got) = decode_answer(&as_publish(&empty), now).unwrap();
-        assert!(got.expect("present").is_empty());
+
+        let now = Instant::now();
+        let message = Message::new(
+            "o/1".into(),
+            Bytes::from_static(b"p"),
+            QoS::ExactlyOnce,
+            false,
+            Properties::default(),
+            Some(now + Duration::from_secs(60)),
+            None,
+        );
+        let delivery = Delivery {
+            subscription_ids: vec![4],
+            ..Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
+        };
+        let relay = as_publish(&relay_message("c/+#", &delivery, now));
+        assert_eq!(relay.topic.as_str(), RELAY_TOPIC);
+        let (client_id, deliveries) = decode_relay(&relay, now).unwrap();
+        assert_eq!(client_id, "c/+#");
+        assert_eq!(deliveries.len(), 1);
+        let got = &deliveries[0];
+        assert_eq!(
+            got.qos,
+            QoS::AtLeastOnce,
+            "the subscriber's QoS, not the publisher's"
+        );
+        assert_eq!(got.subscription_ids, vec![4]);
+        assert_eq!(got.message.payload.as_ref(), b"p");
+        assert!(got.message.expires_at.is_some());
     }
 
     #[test]
@@ -369,11 +528,16 @@ mod tests {
             deliveries: vec![delivery],
             inbound_qos2: vec![3, 9],
         };
-        let message = session_message("c1", Some(&handed), now);
+        let claim = Claim {
+            client_id: "c1".into(),
+            clean_start: false,
+            at: 5,
+        };
+        let message = session_message(&claim, Some(&handed), now);
         assert_eq!(message.topic.as_str(), SESSION_TOPIC);
-        let (client_id, back) = decode_answer(&as_publish(&message), now).expect("decodes");
-        assert_eq!(client_id, "c1");
-        let back = back.expect("present");
+        let answer = decode_answer(&as_publish(&message), now).expect("decodes");
+        assert_eq!(answer.client_id, "c1");
+        let back = answer.handed.expect("present");
         assert_eq!(back.subscriptions.len(), 1);
         assert_eq!(&*back.subscriptions[0].0, "t/+");
         assert_eq!(back.subscriptions[0].1.options, options);

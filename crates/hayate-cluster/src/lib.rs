@@ -18,6 +18,7 @@ mod client;
 mod control;
 mod link;
 mod node;
+mod relay;
 
 pub use config::{ClusterConfig, ClusterConfigError};
 pub use node::{attach, start, ClusterHandle, LeaveSwitch};

@@ -11,13 +11,18 @@
 //! same session there: what was queued or in flight meanwhile is delivered then.
 
 use crate::client::NodeClient;
-use crate::control::{answer_claim, decode_answer, Answer, Claim, CLAIM_TOPIC, SESSION_TOPIC};
+use crate::control::{
+    answer_claim, decode_answer, decode_relay, Answer, Claim, Mark, CLAIM_TOPIC, MARK_TOPIC,
+    RELAY_TOPIC, SESSION_TOPIC,
+};
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
     Subscribe, SubscriptionOptions, Unsubscribe,
 };
-use hayate_core::cluster::{ClusterRoutes, Route, RouteDelta, PEER_CLIENT_PREFIX, PLAIN_ID};
+use hayate_core::cluster::{
+    ClusterRoutes, Route, RouteDelta, INGRESS_CLIENT_PREFIX, PEER_CLIENT_PREFIX, PLAIN_ID,
+};
 use hayate_core::{
     Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
 };
@@ -49,6 +54,9 @@ pub(crate) struct LinkContext {
     pub durable: bool,
     /// Answers to this node's claims, for the node task.
     pub answers: mpsc::Sender<Answer>,
+    /// Marks each link publishes on its node after the route deltas before them (sessions
+    /// taken over here: `crate::relay`).
+    pub marks: Arc<crate::relay::MarkBoard>,
 }
 
 /// One link, alive across reconnections to the same incarnation of the other node.
@@ -64,6 +72,8 @@ pub(crate) struct Link {
     /// The first connection starts a new session there.
     first: bool,
     next_id: u16,
+    /// When the unanswered PINGREQ was queued, for the link round trip in `Stats`.
+    ping_sent: Option<Instant>,
 }
 
 impl Link {
@@ -82,6 +92,7 @@ impl Link {
             ingress: None,
             first: true,
             next_id: 0,
+            ping_sent: None,
         }
     }
 
@@ -150,11 +161,17 @@ impl Link {
         }
         let (routes, feed) = self.ctx.routes.snapshot();
         self.sync_routes(&mut client, routes, fresh)?;
+        // Marks for sessions handed over travel in this session's queue there.
+        let mark: Arc<str> = Arc::from(MARK_TOPIC);
+        self.subscribe_packet(&mut client, std::slice::from_ref(&mark), None, 2)?;
+        let marks = self.ctx.marks.watch();
+        // Marks posted while this link was down go now, after the routes just synced.
+        self.publish_marks(&mut client)?;
         client.flush().await?;
         self.stats.link_up.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         tracing::info!(peer = %self.peer, address = %self.address, session_present = !fresh, "cluster_link_up");
-        let result = self.serve(&mut client, feed, stop).await;
+        let result = self.serve(&mut client, feed, marks, stop).await;
         if result.is_ok() {
             client.disconnect().await;
         }
@@ -177,7 +194,7 @@ impl Link {
             protocol: ProtocolVersion::V5,
             clean_start: true,
             keep_alive: 0,
-            client_id: format!("{PEER_CLIENT_PREFIX}in/{}", self.peer)
+            client_id: format!("{INGRESS_CLIENT_PREFIX}{}", self.peer)
                 .as_str()
                 .into(),
             will: None,
@@ -314,6 +331,7 @@ impl Link {
         &mut self,
         client: &mut NodeClient,
         mut feed: broadcast::Receiver<RouteDelta>,
+        mut marks: watch::Receiver<u64>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), ClusterError> {
         let doorbell = self.ingress()?.doorbell();
@@ -321,6 +339,7 @@ impl Link {
         let mut ping = tokio::time::interval(keep_alive);
         ping.tick().await;
         let mut last_input = tokio::time::Instant::now();
+        self.ping_sent = None;
         loop {
             self.forward_ingress_output(client)?;
             tokio::time::timeout(WRITE_TIMEOUT, client.flush())
@@ -357,6 +376,12 @@ impl Link {
                     last_input = tokio::time::Instant::now();
                 }
                 delta = feed.recv() => self.on_route_delta(client, delta, &mut feed)?,
+                changed = marks.changed() => {
+                    if changed.is_err() {
+                        return Err(ClusterError::Protocol("mark board closed".into()));
+                    }
+                    self.on_marks_posted(client, &mut feed)?;
+                }
                 _ = doorbell.notified() => {}
                 _ = paused => {}
                 _ = ping.tick() => {
@@ -364,6 +389,7 @@ impl Link {
                         return Err(ClusterError::Timeout("PINGRESP"));
                     }
                     client.queue(&Packet::PingReq)?;
+                    self.ping_sent.get_or_insert_with(Instant::now);
                 }
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
@@ -425,6 +451,33 @@ impl Link {
         self.unsubscribe(client, &remove)
     }
 
+    /// Marks were posted (sessions taken over here): publishes this link's on the other
+    /// node, after the route deltas that came before them, so the other node routes what
+    /// follows a mark here and what preceded it to the old node, which relays it.
+    fn on_marks_posted(
+        &mut self,
+        client: &mut NodeClient,
+        feed: &mut broadcast::Receiver<RouteDelta>,
+    ) -> Result<(), ClusterError> {
+        match feed.try_recv() {
+            Ok(delta) => self.on_route_delta(client, Ok(delta), feed)?,
+            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                self.on_route_delta(client, Err(broadcast::error::RecvError::Lagged(n)), feed)?
+            }
+            Err(_) => {}
+        }
+        self.publish_marks(client)
+    }
+
+    fn publish_marks(&mut self, client: &mut NodeClient) -> Result<(), ClusterError> {
+        let max_age = self.ctx.routes.relay_timeout();
+        for mark in self.ctx.marks.take(&self.peer, Instant::now(), max_age) {
+            let packet_id = self.packet_id();
+            client.queue(&Packet::Publish(mark.to_publish(packet_id)))?;
+        }
+        Ok(())
+    }
+
     /// Handles the packets already read while the ingress takes them; true when any.
     fn process_buffered(
         &mut self,
@@ -474,7 +527,17 @@ impl Link {
                 }
                 Ok(())
             }
-            Packet::UnsubAck(_) | Packet::PingResp => Ok(()),
+            Packet::PingResp => {
+                if let Some(sent) = self.ping_sent.take() {
+                    let stats = &self.ctx.broker.stats;
+                    stats
+                        .cluster_link_round_trip
+                        .observe(now.saturating_duration_since(sent));
+                }
+                Ok(())
+            }
+            // PUBACK: of a mark this link published there.
+            Packet::UnsubAck(_) | Packet::PubAck(_) => Ok(()),
             Packet::Disconnect(disconnect) => {
                 Err(ClusterError::Disconnected(disconnect.reason_code.0))
             }
@@ -496,18 +559,15 @@ impl Link {
     ) -> Result<(), ClusterError> {
         if publish.topic.as_str() == SESSION_TOPIC {
             match decode_answer(&publish, now) {
-                Some((client_id, handed)) => {
+                Some(answer) => {
                     // Taken here, before the link hands in the next message: those that the
                     // other node forwarded for the client after the handover find its
                     // subscriptions in place.
-                    if let Some(handed) = handed {
-                        let mut wake = hayate_core::WakeList::new();
-                        self.ctx
-                            .broker
-                            .take_over(&client_id, handed, now, &mut wake);
-                        for doorbell in wake {
-                            doorbell.notify_one();
-                        }
+                    let client_id = answer.client_id.clone();
+                    let mut wake = hayate_core::WakeList::new();
+                    crate::relay::take_over(&self.ctx, &self.peer, answer, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
                     }
                     let answer = Answer {
                         from: self.peer.clone(),
@@ -518,6 +578,30 @@ impl Link {
                     }
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_session_undecodable"),
+            }
+        } else if publish.topic.as_str() == RELAY_TOPIC {
+            match decode_relay(&publish, now) {
+                Some((client_id, deliveries)) => {
+                    let mut wake = hayate_core::WakeList::new();
+                    self.ctx
+                        .broker
+                        .deliver_relayed(&client_id, deliveries, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
+                    }
+                }
+                None => tracing::warn!(peer = %self.peer, "cluster_relay_undecodable"),
+            }
+        } else if publish.topic.as_str() == MARK_TOPIC {
+            match Mark::from_publish(&publish) {
+                Some(mark) => {
+                    let mut wake = hayate_core::WakeList::new();
+                    crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
+                    }
+                }
+                None => tracing::warn!(peer = %self.peer, "cluster_mark_malformed"),
             }
         } else if publish.topic.as_str() == CLAIM_TOPIC {
             match Claim::from_publish(&publish) {

@@ -103,6 +103,10 @@ pub fn attach(broker: &Broker, config: &ClusterConfig) -> Result<Arc<ClusterRout
     routes.set_handover_timeout(
         ANSWER_TIMEOUT.max(Duration::from_secs(config.stopped_node_wait_secs)) + ANSWER_TIMEOUT,
     );
+    routes.set_relay_timeout(Duration::from_secs(config.handover_relay_secs));
+    routes.set_relay_encoder(hayate_core::cluster::RelayEncoder(Box::new(
+        crate::control::relay_message,
+    )));
     if !broker.router.attach_cluster(routes.clone()) {
         return Err(ClusterError::Gossip(
             "the broker is already in a cluster".into(),
@@ -168,6 +172,7 @@ pub async fn start(
         pending: HashMap::new(),
         ctx: LinkContext {
             answers,
+            marks: Arc::new(crate::relay::MarkBoard::new()),
             broker,
             routes,
             self_name: Arc::from(config.node_name.as_str()),
@@ -225,7 +230,11 @@ impl Node {
                 .map(|(id, _)| id.clone())
                 .collect();
             self.reconcile(&snapshot, &live.borrow());
+            self.ctx
+                .routes
+                .set_nodes(self.peers.keys().cloned().collect());
             self.expire_pending();
+            self.expire_relays();
             self.publish_status();
             tokio::select! {
                 changed = live.changed() => {
@@ -351,6 +360,15 @@ impl Node {
         if done {
             self.pending.remove(&answer.client_id);
             self.ctx.broker.release_handover(&answer.client_id);
+        }
+    }
+
+    /// Sessions handed over that relayed long enough.
+    fn expire_relays(&self) {
+        let mut wake = WakeList::new();
+        self.ctx.broker.expire_relays(Instant::now(), &mut wake);
+        for doorbell in wake {
+            doorbell.notify_one();
         }
     }
 

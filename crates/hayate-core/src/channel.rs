@@ -416,7 +416,7 @@ impl Channel {
         }
         match &self.cell.as_ref()?.state.lock().handover {
             Handover::Awaited(awaited) => Some(awaited.deadline),
-            Handover::Settled => None,
+            Handover::Settled | Handover::Relaying(_) => None,
         }
     }
 

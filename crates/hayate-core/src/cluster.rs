@@ -18,7 +18,7 @@
 //! subscription change.
 
 use crate::registry::SessionCell;
-use hayate_session::{Arrival, PeerScope};
+use hayate_session::{Arrival, Delivery, Message, PeerScope};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +26,21 @@ use tokio::sync::{broadcast, mpsc};
 
 /// A resumed session's CONNACK waits at most this long for the cluster, unless set.
 const DEFAULT_HANDOVER_TIMEOUT_MS: u64 = 3_000;
+/// A session handed over relays at most this long, unless set.
+const DEFAULT_RELAY_TIMEOUT_MS: u64 = 30_000;
+
+/// Makes the control message that carries a delivery for a session handed over to another
+/// node there (`hayate-cluster` owns the format): `(client id, delivery, now)`.
+pub struct RelayEncoder(pub Box<RelayFn>);
+
+/// See [`RelayEncoder`].
+pub type RelayFn = dyn Fn(&str, &Delivery, std::time::Instant) -> Message + Send + Sync;
+
+impl std::fmt::Debug for RelayEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelayEncoder")
+    }
+}
 
 /// True for a topic or topic filter that each node keeps to itself: those starting with `$`
 /// (`$SYS`, [MQTT-4.7.2-1]). Neither routed to other nodes nor replicated when retained.
@@ -36,6 +51,10 @@ pub fn stays_on_node(topic_or_filter: &str) -> bool {
 /// The client identifier prefix reserved for peer sessions: only connections through a
 /// cluster listener may use it, and every session whose identifier has it is a peer session.
 pub const PEER_CLIENT_PREFIX: &str = "$cluster/";
+
+/// The client identifier prefix of a link's ingress: `$cluster/in/N` hands in what node N
+/// forwards.
+pub const INGRESS_CLIENT_PREFIX: &str = "$cluster/in/";
 
 /// Who a session belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +149,28 @@ pub struct ClusterRoutes {
     /// How long a resumed session's CONNACK waits at most for the other nodes' answers, in
     /// milliseconds ([`ClusterRoutes::set_handover_timeout`]).
     handover_timeout_ms: std::sync::atomic::AtomicU64,
+    /// How long a session handed over relays at most, in milliseconds.
+    relay_timeout_ms: std::sync::atomic::AtomicU64,
+    /// Encodes relayed deliveries; without it, a session handed over does not relay.
+    relay_encoder: std::sync::OnceLock<RelayEncoder>,
+    /// The other nodes this one knows (has links to, or keeps for their return).
+    nodes: RwLock<Vec<Arc<str>>>,
+    /// Sessions just taken over that must not take what some nodes forward until their mark
+    /// comes back ([`ClusterRoutes::suppress`]); `suppressing` says whether any.
+    suppressed: Mutex<Vec<Suppression>>,
+    suppressing: std::sync::atomic::AtomicBool,
+    /// Sessions handed over and relaying, by client identifier
+    /// (`crate::registry::Handover::Relaying`).
+    relays: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
+}
+
+/// See [`ClusterRoutes::suppress`].
+#[derive(Debug)]
+struct Suppression {
+    client_id: Arc<str>,
+    at: Arrival,
+    nodes: Vec<Arc<str>>,
+    until: std::time::Instant,
 }
 
 /// What clients may do while the cluster may be split (some known node unreachable), after
@@ -192,6 +233,12 @@ impl ClusterRoutes {
             split_policy,
             split: std::sync::atomic::AtomicBool::new(false),
             handover_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_HANDOVER_TIMEOUT_MS),
+            relay_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_RELAY_TIMEOUT_MS),
+            relay_encoder: std::sync::OnceLock::new(),
+            relays: Mutex::new(HashMap::new()),
+            nodes: RwLock::new(Vec::new()),
+            suppressed: Mutex::new(Vec::new()),
+            suppressing: std::sync::atomic::AtomicBool::new(false),
             events,
             events_rx: Mutex::new(Some(events_rx)),
             routes: Mutex::new(RouteSet::default()),
@@ -231,6 +278,66 @@ impl ClusterRoutes {
             }
         }
         scope
+    }
+
+    /// The scope of a copy forwarded by `node` carrying `ids` ([`ClusterRoutes::scope_of`]),
+    /// with the sessions that must not take it now ([`ClusterRoutes::suppress`]).
+    pub fn scope_from(&self, node: &str, ids: &[u32], now: std::time::Instant) -> PeerScope {
+        let mut scope = self.scope_of(ids);
+        if self.suppressing.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut suppressed = self.suppressed.lock();
+            suppressed.retain(|s| s.until > now);
+            scope.except = suppressed
+                .iter()
+                .filter(|s| s.nodes.iter().any(|n| &**n == node))
+                .map(|s| s.client_id.clone())
+                .collect();
+            if suppressed.is_empty() {
+                self.suppressing
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        scope
+    }
+
+    /// `client_id`'s session here is about to take over its session from another node (the
+    /// claim made `at`), which relays what each of `nodes` forwarded it until that node's
+    /// mark: until the same mark comes back here ([`ClusterRoutes::unsuppress`]) or `until`,
+    /// what those nodes forward here does not reach the session, so nothing arrives twice
+    /// (`docs/CLUSTER.md`, "Relay after a handover").
+    pub fn suppress(
+        &self,
+        client_id: Arc<str>,
+        at: Arrival,
+        nodes: Vec<Arc<str>>,
+        until: std::time::Instant,
+    ) {
+        if nodes.is_empty() {
+            return;
+        }
+        let mut suppressed = self.suppressed.lock();
+        suppressed.retain(|s| s.client_id != client_id);
+        suppressed.push(Suppression {
+            client_id,
+            at,
+            nodes,
+            until,
+        });
+        self.suppressing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `node`'s mark for `client_id`'s take-over `at` came back: what it forwards from now on
+    /// reaches the session again.
+    pub fn unsuppress(&self, client_id: &str, at: Arrival, node: &str) {
+        let mut suppressed = self.suppressed.lock();
+        for s in suppressed
+            .iter_mut()
+            .filter(|s| &*s.client_id == client_id && s.at == at)
+        {
+            s.nodes.retain(|n| &**n != node);
+        }
+        suppressed.retain(|s| !s.nodes.is_empty());
     }
 
     /// A client subscription to `filter` was added.
@@ -319,6 +426,85 @@ impl ClusterRoutes {
         )
     }
 
+    /// Sets the other nodes this one knows (the cluster task, as membership changes).
+    pub fn set_nodes(&self, nodes: Vec<Arc<str>>) {
+        if *self.nodes.read() != nodes {
+            *self.nodes.write() = nodes;
+        }
+    }
+
+    /// The other nodes this one knows.
+    pub fn nodes(&self) -> Vec<Arc<str>> {
+        self.nodes.read().clone()
+    }
+
+    /// Sets how a session handed over passes on what other nodes still forward for it; until
+    /// set, a session handed over does not relay. False when already set.
+    pub fn set_relay_encoder(&self, encoder: RelayEncoder) -> bool {
+        self.relay_encoder.set(encoder).is_ok()
+    }
+
+    /// Whether a session handed over relays.
+    pub fn relays_enabled(&self) -> bool {
+        self.relay_encoder.get().is_some()
+    }
+
+    /// The control message relaying `delivery` for `client_id` (`None` without an encoder).
+    pub(crate) fn relay_message(
+        &self,
+        client_id: &str,
+        delivery: &Delivery,
+        now: std::time::Instant,
+    ) -> Option<Message> {
+        self.relay_encoder
+            .get()
+            .map(|encoder| (encoder.0)(client_id, delivery, now))
+    }
+
+    /// Sets how long a session handed over relays at most (30 s unless set).
+    pub fn set_relay_timeout(&self, timeout: std::time::Duration) {
+        self.relay_timeout_ms.store(
+            timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// See [`ClusterRoutes::set_relay_timeout`].
+    pub fn relay_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.relay_timeout_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// A session started relaying; returns the one relaying for the same client before, if
+    /// any (to be ended).
+    pub(crate) fn relay_started(
+        &self,
+        client_id: Arc<str>,
+        cell: Arc<SessionCell>,
+    ) -> Option<Arc<SessionCell>> {
+        self.relays.lock().insert(client_id, cell)
+    }
+
+    /// The session relaying for `client_id`, if any.
+    pub(crate) fn relaying(&self, client_id: &str) -> Option<Arc<SessionCell>> {
+        self.relays.lock().get(client_id).cloned()
+    }
+
+    /// Forgets the session relaying for `client_id` if it is `cell`.
+    pub(crate) fn relay_ended(&self, client_id: &str, cell: &Arc<SessionCell>) {
+        let mut relays = self.relays.lock();
+        if relays.get(client_id).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            relays.remove(client_id);
+        }
+    }
+
+    /// Every session relaying now.
+    pub(crate) fn relaying_all(&self) -> Vec<Arc<SessionCell>> {
+        self.relays.lock().values().cloned().collect()
+    }
+
     /// Whether some known node is unreachable.
     pub fn is_split(&self) -> bool {
         self.split.load(std::sync::atomic::Ordering::Relaxed)
@@ -401,14 +587,14 @@ mod tests {
             routes.scope_of(&[PLAIN_ID]),
             PeerScope {
                 plain: true,
-                groups: vec![]
+                ..PeerScope::default()
             }
         );
         assert_eq!(
             routes.scope_of(&[g]),
             PeerScope {
-                plain: false,
-                groups: vec!["$share/g/a/#".into()]
+                groups: vec!["$share/g/a/#".into()],
+                ..PeerScope::default()
             }
         );
         // A group that went away meanwhile: the copy goes nowhere.

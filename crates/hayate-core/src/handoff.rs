@@ -1,8 +1,8 @@
 //! A session moving between nodes of a cluster (`docs/CLUSTER.md`, "Sessions"): the node that
 //! has it hands it over when its client connects to another node, and that node takes it.
 
-use crate::cluster::SessionKind;
-use crate::registry::{Handover, SessionCell, SubscriptionRecord};
+use crate::cluster::{ClusterRoutes, SessionKind, PEER_CLIENT_PREFIX};
+use crate::registry::{Handover, Relaying, SessionCell, SubscriptionRecord};
 use crate::router::{RouteOutcome, SubEntry, WakeList};
 use crate::store::{StoreOp, SubscriptionData};
 use crate::Broker;
@@ -68,9 +68,23 @@ impl Broker {
         if cell.kind != SessionKind::Client {
             return None;
         }
-        let (handed, doorbell) = {
+        let to = to.filter(|peer| peer.kind == SessionKind::Peer);
+        // What other nodes still forward here for the session goes on to `to` (see
+        // `Handover::Relaying`); relaying ends once every node linked now marked its end.
+        let relay = match (self.router.cluster(), to) {
+            (Some(cluster), Some(to)) if !clean_start && cluster.relays_enabled() => {
+                Some(Relaying {
+                    to: to.clone(),
+                    waiting: relay_waiting(cluster, to),
+                    deadline: now + cluster.relay_timeout(),
+                    at: claimed_at,
+                })
+            }
+            _ => None,
+        };
+        let (handed, doorbell, relaying) = {
             let mut state = cell.state.lock();
-            if state.ended {
+            if state.ended || matches!(state.handover, Handover::Relaying(_)) {
                 return None;
             }
             let newer_here = state.owner != 0
@@ -102,26 +116,168 @@ impl Broker {
                     inbound_qos2: state.session.inbound_qos2_ids(),
                 }
             };
-            (handed, doorbell)
+            // Under the same lock as the deliveries taken: a forwarded message either went
+            // with the session or is relayed, never both, never neither.
+            let relaying = match relay {
+                Some(relay) if handed.subscriptions.iter().any(|(f, _)| !is_shared(f)) => {
+                    state.handover = Handover::Relaying(Box::new(relay));
+                    true
+                }
+                _ => false,
+            };
+            (handed, doorbell, relaying)
         };
         if let Some(doorbell) = doorbell {
             doorbell.notify_one();
         }
-        if let Some(peer) = to.filter(|peer| peer.kind == SessionKind::Peer) {
+        if let Some(peer) = to {
             for (filter, _) in &handed.subscriptions {
-                if !filter.starts_with("$share/") {
+                if !is_shared(filter) {
                     self.add_subscription(peer, filter, peer_record());
                 }
             }
         }
-        self.end_session(&cell, now, wake);
+        if relaying {
+            self.start_relay(&cell, now, wake);
+        } else {
+            self.end_session(&cell, now, wake);
+        }
         tracing::info!(
             client_id,
             subscriptions = handed.subscriptions.len(),
             messages = handed.deliveries.len(),
+            relaying,
             "session_handed_over"
         );
         Some(handed)
+    }
+
+    /// A session handed over starts relaying (`Handover::Relaying`): it leaves the registry
+    /// and the store, its shared subscriptions and its will go as when it ends, its plain
+    /// subscriptions stay in the router (and in the node's route set) until it ends.
+    fn start_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
+        let (shared, will, persisted) = {
+            let mut state = cell.state.lock();
+            let shared: Vec<Box<str>> = state
+                .subscriptions
+                .iter()
+                .filter(|(filter, _)| is_shared(filter))
+                .map(|(filter, _)| filter.clone())
+                .collect();
+            for filter in &shared {
+                state.subscriptions.remove(filter);
+            }
+            state.will_due = None;
+            (shared, state.will.take(), state.persisted)
+        };
+        for filter in &shared {
+            if self.router.unsubscribe(filter, cell.id) {
+                self.stats
+                    .subscriptions
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        if self.registry.remove_if_current(cell) && persisted {
+            if let Some(attached) = self.attached() {
+                attached.store.append(StoreOp::DeleteSession {
+                    client_id: cell.client_id.to_string(),
+                });
+            }
+        }
+        if let Some(will) = will {
+            self.publish_will(&cell.client_id, will, now, wake);
+        }
+        if let Some(cluster) = self.router.cluster() {
+            if let Some(previous) = cluster.relay_started(cell.client_id.clone(), cell.clone()) {
+                self.end_relay(&previous, now, wake);
+            }
+        }
+    }
+
+    /// Node `node` marked the end of what it had forwarded here for `client_id`'s session,
+    /// handed over on the claim made `at`: once every node has, the session stops relaying and
+    /// ends. A mark of another take-over (late, from before this node was away) counts not.
+    pub fn relay_marked(
+        &self,
+        client_id: &str,
+        node: &str,
+        at: Arrival,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(cell) = self
+            .router
+            .cluster()
+            .and_then(|cluster| cluster.relaying(client_id))
+        else {
+            return;
+        };
+        let done = match &mut cell.state.lock().handover {
+            Handover::Relaying(relaying) if relaying.at == at => {
+                relaying.waiting.retain(|name| &**name != node);
+                relaying.waiting.is_empty()
+            }
+            Handover::Relaying(_) => false,
+            _ => true,
+        };
+        if done {
+            self.end_relay(&cell, now, wake);
+            tracing::info!(client_id, "handover_relay_marked_by_every_node");
+        }
+    }
+
+    /// Ends the relaying of sessions past their deadline (some node never marked: what it
+    /// forwards here for them from now on goes nowhere).
+    pub fn expire_relays(&self, now: Instant, wake: &mut WakeList) {
+        let Some(cluster) = self.router.cluster() else {
+            return;
+        };
+        for cell in cluster.relaying_all() {
+            let waiting = match &cell.state.lock().handover {
+                Handover::Relaying(relaying) if relaying.deadline <= now => {
+                    Some(relaying.waiting.join(","))
+                }
+                _ => None,
+            };
+            if let Some(waiting) = waiting {
+                tracing::warn!(client_id = %cell.client_id, %waiting, "handover_relay_expired");
+                self.end_relay(&cell, now, wake);
+            }
+        }
+    }
+
+    fn end_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
+        if let Some(cluster) = self.router.cluster() {
+            cluster.relay_ended(&cell.client_id, cell);
+        }
+        cell.state.lock().handover = Handover::Settled;
+        self.end_session(cell, now, wake);
+    }
+
+    /// Deliveries another node relayed for `client_id`'s session, which it handed over here
+    /// (`Handover::Relaying` there): queued in the session as they are (the other node
+    /// matched them against the session's subscriptions). Returns how many were queued.
+    pub fn deliver_relayed(
+        &self,
+        client_id: &str,
+        deliveries: Vec<Delivery>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> u64 {
+        let Some(cell) = self.registry.get(client_id) else {
+            tracing::debug!(
+                client_id,
+                dropped = deliveries.len(),
+                "relayed_without_session"
+            );
+            return 0;
+        };
+        let mut outcome = RouteOutcome::default();
+        for delivery in deliveries {
+            self.router
+                .deliver(&cell, delivery, now, wake, &mut outcome);
+        }
+        outcome.delivered as u64
     }
 
     /// Takes a session handed over by another node into the session `client_id` has here
@@ -215,6 +371,24 @@ impl Broker {
         };
         !self.router.subscribe(filter, entry).replaced
     }
+}
+
+fn is_shared(filter: &str) -> bool {
+    filter.starts_with("$share/")
+}
+
+/// The nodes a session handed over to `to` waits for marks from: every other node this one
+/// knows (what any of them routed here before the handover may still be on its way, even from
+/// a node whose link here is not up yet), and `to` (`docs/CLUSTER.md`, "Relay after a
+/// handover").
+fn relay_waiting(cluster: &ClusterRoutes, to: &SessionCell) -> Vec<Arc<str>> {
+    let mut waiting = cluster.nodes();
+    if let Some(name) = to.client_id.strip_prefix(PEER_CLIENT_PREFIX) {
+        if !waiting.iter().any(|n| &**n == name) {
+            waiting.push(Arc::from(name));
+        }
+    }
+    waiting
 }
 
 /// The subscription a node's link makes for a plain filter of its route set (`hayate-cluster`

@@ -22,6 +22,7 @@ pub mod flow;
 pub mod handoff;
 pub mod hooks;
 pub mod in_process;
+pub mod latency;
 pub mod persist;
 pub mod queues;
 pub mod registry;

@@ -87,6 +87,24 @@ pub enum Handover {
     Settled,
     /// CONNACK waits for the other nodes' answers.
     Awaited(Box<AwaitedHandover>),
+    /// This node handed the session over to another node and passes on to it what other
+    /// nodes still forward for the session's filters (`docs/CLUSTER.md`, "Relay after a
+    /// handover"). The session is no longer in the registry or the store.
+    Relaying(Box<Relaying>),
+}
+
+/// A session handed over to another node, relaying until every node has marked the end of
+/// what it had sent here for it (or until `deadline`).
+#[derive(Debug)]
+pub struct Relaying {
+    /// The peer session of the node that has the session now.
+    pub to: Arc<SessionCell>,
+    /// Nodes whose mark has not arrived yet.
+    pub waiting: Vec<Arc<str>>,
+    /// When relaying ends whatever has not arrived.
+    pub deadline: std::time::Instant,
+    /// The claim it was handed over on (marks name it).
+    pub at: hayate_session::Arrival,
 }
 
 /// A CONNACK held until the other nodes answered the claim (`Channel::poll_handover`).

@@ -13,7 +13,7 @@ use crate::config::{BrokerConfig, SharedStrategy};
 use crate::flow::Hint;
 use crate::hooks::AuthHook;
 use crate::persist::Attached;
-use crate::registry::{SessionCell, SessionState, SubscriptionRecord};
+use crate::registry::{Handover, SessionCell, SessionState, SubscriptionRecord};
 use hayate_codec::{QoS, SubscriptionOptions};
 use hayate_session::{Arrival, Delivery, EnqueueOutcome, Message};
 use hayate_topic::{RetainedTree, SubscriptionIndex};
@@ -667,8 +667,12 @@ impl Ord for SortedByTopic {
 fn add_target(targets: &mut Vec<Target>, entry: &SubEntry, message: &Message) {
     // A message from another node of the cluster reached every node that wanted it directly:
     // it is never passed on to a third (`crate::cluster`).
-    if message.from_peer.is_some() && entry.cell.kind == SessionKind::Peer {
-        return;
+    if let Some(scope) = &message.from_peer {
+        if entry.cell.kind == SessionKind::Peer
+            || (!scope.except.is_empty() && scope.except.contains(&entry.cell.client_id))
+        {
+            return;
+        }
     }
     let options: SubscriptionOptions = entry.record.options;
     // [MQTT-3.8.3-3] No Local: never back to the connection that published it.
@@ -730,6 +734,31 @@ impl Router {
         self.enqueue(cell, delivery, None, now, wake, outcome);
     }
 
+    /// Passes `delivery`, made for a session this node handed over, on to the node that has
+    /// the session now (`Handover::Relaying`), when another node forwarded it here.
+    fn relay(
+        &self,
+        cell: &Arc<SessionCell>,
+        to: &Arc<SessionCell>,
+        delivery: Delivery,
+        now: Instant,
+        wake: &mut WakeList,
+        outcome: &mut RouteOutcome,
+    ) {
+        if delivery.message.from_peer.is_none() {
+            return;
+        }
+        let Some(message) = self
+            .cluster
+            .get()
+            .and_then(|cluster| cluster.relay_message(&cell.client_id, &delivery, now))
+        else {
+            return;
+        };
+        let relayed = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+        self.enqueue(to, relayed, None, now, wake, outcome);
+    }
+
     fn enqueue(
         &self,
         cell: &Arc<SessionCell>,
@@ -740,6 +769,14 @@ impl Router {
         outcome: &mut RouteOutcome,
     ) {
         let mut state = cell.state.lock();
+        if let Handover::Relaying(relaying) = &state.handover {
+            // Handed over to another node: what another node forwarded goes on to it; what
+            // was published here reaches it through its peer session's own subscription.
+            let to = relaying.to.clone();
+            drop(state);
+            self.relay(cell, &to, delivery, now, wake, outcome);
+            return;
+        }
         if !may_read(reader, &state, &delivery.message) {
             outcome.denied += 1;
             tracing::debug!(client_id = %cell.client_id, topic = %delivery.message.topic, "delivery_denied");

@@ -1,5 +1,6 @@
 //! Broker-wide counters, published under `$SYS` with Mosquitto's names.
 
+use crate::latency::LatencyHistogram;
 use hayate_codec::QoS;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -121,6 +122,10 @@ pub struct Stats {
     /// QoS 1/2 PUBLISH packets refused because the store could not write (v5: 0x97; v3: the
     /// connection closed).
     pub store_refused: AtomicU64,
+    /// In a cluster: round trips of the node links' keep-alive probe (PINGREQ queued on a
+    /// link to its PINGRESP handled), one observation per link every keep-alive interval,
+    /// never per message. Recorded by `hayate-cluster`.
+    pub cluster_link_round_trip: LatencyHistogram,
 }
 
 impl Stats {

@@ -399,3 +399,233 @@ fn preparing_a_handover_without_a_store_is_immediate() {
     );
     assert!(done.load(std::sync::atomic::Ordering::SeqCst));
 }
+
+/// A cluster harness whose sessions relay after a handover, with an encoder that carries the
+/// delivery's payload on `$cluster/relay` (the real format is `hayate-cluster`'s).
+fn relaying_harness(timeout: Duration) -> (CoreHarness, Arc<ClusterRoutes>) {
+    let (harness, routes) = cluster_harness();
+    routes.set_relay_timeout(timeout);
+    assert!(
+        routes.set_relay_encoder(hayate_core::cluster::RelayEncoder(Box::new(
+            |client_id, delivery, _now| {
+                hayate_core::Message::new(
+                    "$cluster/relay".into(),
+                    delivery.message.payload.clone(),
+                    QoS::AtLeastOnce,
+                    false,
+                    Properties {
+                        user_properties: vec![("client_id".into(), client_id.into())],
+                        ..Properties::default()
+                    },
+                    None,
+                    None,
+                )
+            }
+        )))
+    );
+    (harness, routes)
+}
+
+/// When n2's claim for `c` was made.
+const CLAIM: hayate_core::Arrival = hayate_core::Arrival::from_nanos(1_000);
+
+/// Hands client `c` (subscribed to `o/#` and a shared group) over to node n2, with n3 known.
+fn hand_c_over(
+    harness: &CoreHarness,
+    routes: &ClusterRoutes,
+) -> (TestChannel, TestChannel, TestChannel) {
+    let peer2 = peer(harness, "n2", &[]);
+    let peer3 = peer(harness, "n3", &[]);
+    // n3 is known even if its link here were not up: it marks too.
+    routes.set_nodes(vec!["n2".into(), "n3".into()]);
+    let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    client.subscribe("o/#", QoS::AtLeastOnce);
+    client.subscribe("$share/g/s/#", QoS::AtLeastOnce);
+    client.received();
+    let mut wake = Vec::new();
+    let handed = harness
+        .broker
+        .hand_over(
+            "c",
+            false,
+            CLAIM,
+            harness.session("$cluster/n2").as_ref(),
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session here");
+    assert_eq!(handed.subscriptions.len(), 2);
+    let mut ingress = on_role(harness, ListenerRole::PeerIngress);
+    ingress.connect(ConnectSpec::v5("$cluster/in/n3"));
+    (peer2, peer3, ingress)
+}
+
+fn forward(ingress: &mut TestChannel, topic: &str, payload: &[u8], id: u16) {
+    let mut forwarded = publish_packet(topic, payload, QoS::AtLeastOnce, false, Some(id));
+    forwarded.properties.subscription_identifiers = vec![PLAIN_ID];
+    ingress.send(Packet::Publish(forwarded)).unwrap();
+}
+
+/// The rolling-restart gap (docs/CLUSTER.md, "Relay after a handover"): after a node handed a
+/// session over, what other nodes had already routed to it for the session (queued for it
+/// while it was away, or in flight) still arrives there. It is relayed to the node that has
+/// the session, exactly once, until every linked node has marked the end of it; what is
+/// published on this node goes there through the claiming node's own subscription instead.
+#[test]
+fn a_session_handed_over_relays_forwarded_messages_until_every_node_marked() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (_, mut feed) = routes.snapshot();
+    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness, &routes);
+    assert!(
+        harness.session("c").is_none(),
+        "the session left the registry"
+    );
+    while let Ok(delta) = feed.try_recv() {
+        // Only the shared group left the route set: `o/#` stays while relaying.
+        if let RouteDelta::Remove(filter) = delta {
+            assert_eq!(&*filter, "$share/g/s/#");
+        }
+    }
+    assert_eq!(routes.len(), 1);
+
+    // Forwarded by n3 after the handover: relayed to n2 for `c`, once.
+    forward(&mut ingress, "o/5", b"5", 1);
+    let relayed = peer2.transmit_publishes();
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0].topic.as_str(), "$cluster/relay");
+    assert_eq!(relayed[0].payload.as_ref(), b"5");
+    // Published here: n2's peer session took `o/#` at the handover; no relay copy on top.
+    let mut publisher = harness.client(ConnectSpec::v5("pub"));
+    publisher.publish("o/6", b"6", QoS::AtLeastOnce).unwrap();
+    let direct = peer2.transmit_publishes();
+    assert_eq!(direct.len(), 1);
+    assert_eq!(
+        (direct[0].topic.as_str(), direct[0].payload.as_ref()),
+        ("o/6", &b"6"[..])
+    );
+
+    // A late mark of an earlier take-over counts not; n2 marks; n3 has not yet: relaying.
+    let mut wake = Vec::new();
+    let earlier = hayate_core::Arrival::from_nanos(500);
+    harness
+        .broker
+        .relay_marked("c", "n3", earlier, harness.now(), &mut wake);
+    harness
+        .broker
+        .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
+    forward(&mut ingress, "o/7", b"7", 2);
+    assert_eq!(peer2.transmit_publishes().len(), 1);
+    assert_eq!(routes.len(), 1);
+    // n3 marks: relaying ends, `o/#` leaves the route set, nothing more is relayed.
+    harness
+        .broker
+        .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake);
+    assert_eq!(routes.len(), 0);
+    assert!(matches!(feed.try_recv(), Ok(RouteDelta::Remove(f)) if &*f == "o/#"));
+    forward(&mut ingress, "o/8", b"8", 3);
+    assert!(peer2.transmit_publishes().is_empty());
+}
+
+/// A node that never marks (its link to the claiming node is down) leaves the session relaying
+/// only until `handover_relay_secs`.
+#[test]
+fn relaying_ends_at_its_deadline_when_a_node_never_marks() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness, &routes);
+    let mut wake = Vec::new();
+    harness
+        .broker
+        .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
+    harness.advance(Duration::from_secs(29));
+    harness.broker.expire_relays(harness.now(), &mut wake);
+    forward(&mut ingress, "o/1", b"1", 1);
+    assert_eq!(
+        peer2.transmit_publishes().len(),
+        1,
+        "still relaying at 29 s"
+    );
+    harness.advance(Duration::from_secs(1));
+    harness.broker.expire_relays(harness.now(), &mut wake);
+    assert_eq!(routes.len(), 0);
+    forward(&mut ingress, "o/2", b"2", 2);
+    assert!(peer2.transmit_publishes().is_empty());
+}
+
+/// Relayed deliveries go into the session that took over, as they are.
+#[test]
+fn relayed_deliveries_are_queued_in_the_session_that_took_over() {
+    let (harness, _) = cluster_harness();
+    let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    client.received();
+    let message = hayate_core::Message::new(
+        "o/9".into(),
+        bytes::Bytes::from_static(b"9"),
+        QoS::AtLeastOnce,
+        false,
+        Properties::default(),
+        None,
+        Some(0),
+    );
+    let delivery = hayate_core::Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+    let mut wake = Vec::new();
+    let queued = harness
+        .broker
+        .deliver_relayed("c", vec![delivery], harness.now(), &mut wake);
+    assert_eq!(queued, 1);
+    let sent = client.transmit_publishes();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload.as_ref(), b"9");
+    assert_eq!(
+        harness
+            .broker
+            .deliver_relayed("gone", Vec::new(), harness.now(), &mut wake),
+        0
+    );
+}
+
+/// The claiming node's side: from before it takes a session over until a node's mark comes
+/// back, what that node forwards does not reach the session (the old node relays it), so
+/// nothing arrives twice; other sessions and other nodes' copies are not affected.
+#[test]
+fn a_session_taken_over_skips_a_nodes_copies_until_its_mark_comes_back() {
+    let (harness, routes) = cluster_harness();
+    let mut c = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    c.subscribe("o/#", QoS::AtLeastOnce);
+    let mut other = harness.client(ConnectSpec::v5("other"));
+    other.subscribe("o/#", QoS::AtLeastOnce);
+    c.received();
+    other.received();
+    let until = harness.now() + Duration::from_secs(15);
+    routes.suppress("c".into(), CLAIM, vec!["n3".into(), "n4".into()], until);
+    let mut from_n3 = on_role(&harness, ListenerRole::PeerIngress);
+    from_n3.connect(ConnectSpec::v5("$cluster/in/n3"));
+    let mut from_n5 = on_role(&harness, ListenerRole::PeerIngress);
+    from_n5.connect(ConnectSpec::v5("$cluster/in/n5"));
+
+    forward(&mut from_n3, "o/1", b"1", 1);
+    assert!(
+        c.transmit_publishes().is_empty(),
+        "n3's copy is relayed instead"
+    );
+    assert_eq!(other.transmit_publishes().len(), 1);
+    forward(&mut from_n5, "o/2", b"2", 1);
+    assert_eq!(c.transmit_publishes().len(), 1, "n5 is not suppressed");
+    other.transmit_publishes();
+
+    // A mark of another take-over changes nothing; n3's own mark lets its copies through.
+    routes.unsuppress("c", hayate_core::Arrival::from_nanos(7), "n3");
+    forward(&mut from_n3, "o/3", b"3", 2);
+    assert!(c.transmit_publishes().is_empty());
+    routes.unsuppress("c", CLAIM, "n3");
+    forward(&mut from_n3, "o/4", b"4", 3);
+    assert_eq!(c.transmit_publishes()[0].payload.as_ref(), b"4");
+
+    // n4 never marks: its copies reach the session again at the deadline.
+    let mut from_n4 = on_role(&harness, ListenerRole::PeerIngress);
+    from_n4.connect(ConnectSpec::v5("$cluster/in/n4"));
+    forward(&mut from_n4, "o/5", b"5", 1);
+    assert!(c.transmit_publishes().is_empty());
+    harness.advance(Duration::from_secs(15));
+    forward(&mut from_n4, "o/6", b"6", 2);
+    assert_eq!(c.transmit_publishes()[0].payload.as_ref(), b"6");
+}

@@ -15,7 +15,8 @@ pub mod passwords;
 pub mod process;
 
 pub use config::{Access, HttpConfig, HttpConfigError};
-pub use metrics::{BridgeFigures, HistogramFigures, ListenerConnections, StoreFigures};
+pub use hayate_prometheus::HistogramFigures;
+pub use metrics::{seconds, BridgeFigures, ListenerConnections, StoreFigures};
 
 use axum::routing::{get, post};
 use axum::Router;

@@ -8,36 +8,27 @@
 
 use crate::{AppState, Sources};
 use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use hayate_codec::QoS;
+use hayate_core::latency::{Latency, LATENCY_BUCKETS_MICROS};
 use hayate_core::stats::QOS_LEVELS;
 use hayate_core::{PublishCounts, Stats};
+use hayate_prometheus::{label, text_response, Families, HistogramFigures, Labels};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-/// A histogram's figures at one moment: what a Prometheus histogram shows.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct HistogramFigures {
-    /// `(upper bound, observations in this bucket)` per bucket, not cumulative, in
-    /// increasing order; the last bound is `f64::INFINITY`.
-    pub buckets: Vec<(f64, u64)>,
-    /// The sum of the observations.
-    pub sum: f64,
-}
-
-impl HistogramFigures {
-    /// Observations.
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|(_, n)| n).sum()
-    }
+/// A latency histogram of `hayate_core` (µs buckets), in seconds.
+pub fn seconds(latency: &Latency) -> HistogramFigures {
+    let bounds: Vec<f64> = LATENCY_BUCKETS_MICROS
+        .iter()
+        .map(|micros| *micros as f64 / 1e6)
+        .collect();
+    HistogramFigures::from_counts(&bounds, &latency.buckets, latency.sum_micros as f64 / 1e6)
 }
 
 /// The embedded store's figures (`docs/DURABILITY.md`, "Monitoring").
@@ -105,21 +96,7 @@ pub(crate) fn registry(sources: &Sources) -> Registry {
 }
 
 pub(crate) async fn handler(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = String::with_capacity(16 * 1024);
-    match prometheus_client::encoding::prometheus_text::encode(&mut text, &state.registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-            )],
-            text,
-        )
-            .into_response(),
-        Err(error) => {
-            tracing::error!(%error, "metrics_encoding_failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
+    text_response(&state.registry)
 }
 
 /// Reads the broker's counters when scraped.
@@ -133,97 +110,25 @@ impl fmt::Debug for BrokerCollector {
     }
 }
 
-/// Labels of one sample of a family.
-type Labels = Vec<(&'static str, String)>;
-
-/// Writes one metric family: its HELP and TYPE lines and its samples (one without labels, or
-/// one per label set).
-struct Out<'a, 'b> {
-    encoder: &'a mut DescriptorEncoder<'b>,
-}
-
-impl Out<'_, '_> {
-    fn counter(&mut self, name: &str, help: &str, unit: Option<Unit>, value: u64) -> fmt::Result {
-        let metric = ConstCounter::new(value);
-        let encoder =
-            self.encoder
-                .encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
-        metric.encode(encoder)
-    }
-
-    fn counter_f64(&mut self, name: &str, help: &str, unit: Unit, value: f64) -> fmt::Result {
-        let metric = ConstCounter::new(value);
-        let encoder =
-            self.encoder
-                .encode_descriptor(name, help, Some(&unit), MetricType::Counter)?;
-        metric.encode(encoder)
-    }
-
-    fn gauge<N>(&mut self, name: &str, help: &str, unit: Option<Unit>, value: N) -> fmt::Result
-    where
-        ConstGauge<N>: EncodeMetric,
-    {
-        let metric = ConstGauge::new(value);
-        let encoder =
-            self.encoder
-                .encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
-        metric.encode(encoder)
-    }
-
-    fn histogram(&mut self, name: &str, help: &str, figures: &HistogramFigures) -> fmt::Result {
-        let unit = Unit::Seconds;
-        let mut encoder =
-            self.encoder
-                .encode_descriptor(name, help, Some(&unit), MetricType::Histogram)?;
-        encoder.encode_histogram::<NoLabelSet>(figures.sum, figures.count(), &figures.buckets, None)
-    }
-
-    fn family(
-        &mut self,
-        name: &str,
-        help: &str,
-        kind: MetricType,
-        samples: &[(Labels, u64)],
-    ) -> fmt::Result {
-        if samples.is_empty() {
-            return Ok(());
-        }
-        let mut encoder = self.encoder.encode_descriptor(name, help, None, kind)?;
-        for (labels, value) in samples {
-            let sample = encoder.encode_family(labels)?;
-            match kind {
-                MetricType::Counter => ConstCounter::new(*value).encode(sample)?,
-                _ => ConstGauge::new(*value).encode(sample)?,
-            }
-        }
-        Ok(())
-    }
-}
-
 fn get(counter: &AtomicU64) -> u64 {
     Stats::get(counter)
 }
 
-fn label(name: &'static str, value: &str) -> Labels {
-    vec![(name, value.to_string())]
-}
-
 impl Collector for BrokerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let mut out = Out {
-            encoder: &mut encoder,
-        };
+        let mut out = Families::new(&mut encoder);
         self.clients(&mut out)?;
         self.messages(&mut out)?;
         self.flow_and_auth(&mut out)?;
         self.store(&mut out)?;
+        self.cluster(&mut out)?;
         self.bridges(&mut out)?;
         process(&mut out)
     }
 }
 
 impl BrokerCollector {
-    fn clients(&self, out: &mut Out) -> fmt::Result {
+    fn clients(&self, out: &mut Families<'_, '_>) -> fmt::Result {
         let broker = &self.sources.broker;
         let stats = &broker.stats;
         let connected = get(&stats.clients_connected);
@@ -290,7 +195,7 @@ impl BrokerCollector {
         )
     }
 
-    fn messages(&self, out: &mut Out) -> fmt::Result {
+    fn messages(&self, out: &mut Families<'_, '_>) -> fmt::Result {
         let stats = &self.sources.broker.stats;
         out.counter(
             "hayate_packets_received",
@@ -367,7 +272,7 @@ impl BrokerCollector {
         )
     }
 
-    fn flow_and_auth(&self, out: &mut Out) -> fmt::Result {
+    fn flow_and_auth(&self, out: &mut Families<'_, '_>) -> fmt::Result {
         let broker = &self.sources.broker;
         let stats = &broker.stats;
         out.counter(
@@ -430,7 +335,7 @@ impl BrokerCollector {
         )
     }
 
-    fn store(&self, out: &mut Out) -> fmt::Result {
+    fn store(&self, out: &mut Families<'_, '_>) -> fmt::Result {
         let Some(store) = &self.sources.store else {
             return Ok(());
         };
@@ -496,7 +401,19 @@ impl BrokerCollector {
         )
     }
 
-    fn bridges(&self, out: &mut Out) -> fmt::Result {
+    fn cluster(&self, out: &mut Families<'_, '_>) -> fmt::Result {
+        let broker = &self.sources.broker;
+        if broker.router.cluster().is_none() {
+            return Ok(());
+        }
+        out.histogram(
+            "hayate_cluster_link_round_trip",
+            "Round trip of the node links' keep-alive probe (PINGREQ queued to PINGRESP handled, one observation per link every 5 s): the network and what was queued on the link ahead of it.",
+            &seconds(&broker.stats.cluster_link_round_trip.read()),
+        )
+    }
+
+    fn bridges(&self, out: &mut Families<'_, '_>) -> fmt::Result {
         let figures = (self.sources.bridges)();
         let each = |value: fn(&BridgeFigures) -> u64| -> Vec<(Labels, u64)> {
             figures
@@ -561,7 +478,7 @@ impl BrokerCollector {
 }
 
 /// The standard `process_*` metrics, from `/proc/self`.
-fn process(out: &mut Out) -> fmt::Result {
+fn process(out: &mut Families<'_, '_>) -> fmt::Result {
     let p = crate::process::read();
     out.counter_f64(
         "process_cpu",

@@ -2,9 +2,7 @@
 //! only the server knows: live connections, the store, the bridges.
 
 use hayate_core::Broker;
-use hayate_http::{
-    BridgeFigures, HistogramFigures, ListenerConnections, Probe, Sources, StoreFigures,
-};
+use hayate_http::{seconds, BridgeFigures, ListenerConnections, Probe, Sources, StoreFigures};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -71,17 +69,5 @@ fn figures(stats: &hayate_bridge::BridgeStats) -> BridgeFigures {
         queue_dropped: stats.queue_dropped.load(Relaxed),
         queued_messages: queue.messages,
         queued_bytes: queue.bytes,
-    }
-}
-
-/// A store latency histogram (µs buckets) in seconds, for Prometheus.
-fn seconds(latency: &hayate_storage::Latency) -> HistogramFigures {
-    let bounds = hayate_storage::LATENCY_BUCKETS_MICROS
-        .iter()
-        .map(|micros| *micros as f64 / 1e6)
-        .chain([f64::INFINITY]);
-    HistogramFigures {
-        buckets: bounds.zip(latency.buckets.iter().copied()).collect(),
-        sum: latency.sum_micros as f64 / 1e6,
     }
 }

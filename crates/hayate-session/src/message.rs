@@ -62,6 +62,9 @@ pub struct PeerScope {
     pub plain: bool,
     /// For one member of each of these shared groups (full `$share/GROUP/FILTER` text).
     pub groups: Vec<Arc<str>>,
+    /// Clients of this node it must not reach (sessions just taken over from another node,
+    /// which relays what the forwarding node sent it before; `docs/CLUSTER.md`).
+    pub except: Vec<Arc<str>>,
 }
 
 /// When the bytes of a packet reached the broker: nanoseconds since the Unix epoch, from the

@@ -238,6 +238,81 @@ impl Drop for HayateProcess {
     }
 }
 
+/// A `hayate serve` started with `--config FILE --log-file LOG` (and [`HayateProcess`]'s
+/// `--listen` and `--http`), whose file a test rewrites and reloads with SIGHUP.
+pub struct ReloadableHayate {
+    /// The process.
+    pub process: HayateProcess,
+    /// The configuration file.
+    pub config: PathBuf,
+    /// The log file.
+    pub log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl ReloadableHayate {
+    /// Writes `text` to `file_name` (`hayate.toml` or `mosquitto.conf`) in a new temporary
+    /// directory and starts `binary` on it.
+    pub fn start(binary: &Path, token: &str, file_name: &str, text: &str) -> ReloadableHayate {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let config = dir.path().join(file_name);
+        let log = dir.path().join("hayate.log");
+        std::fs::write(&config, text).expect("configuration written");
+        let process = HayateProcess::start(
+            binary,
+            token,
+            &[
+                "--config",
+                config.to_str().expect("UTF-8 path"),
+                "--log-file",
+                log.to_str().expect("UTF-8 path"),
+            ],
+        );
+        ReloadableHayate {
+            process,
+            config,
+            log,
+            dir,
+        }
+    }
+
+    /// The temporary directory holding the file and the log (for other files the
+    /// configuration names).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGHUP.
+    pub fn signal_reload(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.process.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -HUP failed");
+    }
+
+    /// Writes the file anew, sends SIGHUP and waits (5 s at most) for the reload to be done:
+    /// the `nth` `bridges_reloaded` line since start, the reload's last step. Returns the log.
+    pub fn reload(&self, text: &str, nth: usize) -> String {
+        std::fs::write(&self.config, text).expect("configuration written");
+        self.signal_reload();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = self.log_text();
+            if log.matches("bridges_reloaded").count() >= nth {
+                return log;
+            }
+            assert!(Instant::now() < deadline, "reload {nth} never done: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

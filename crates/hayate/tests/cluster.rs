@@ -398,6 +398,106 @@ async fn a_stored_session_follows_its_client_when_its_node_comes_back() {
     assert_eq!(got, expected, "n2:\n{}", cluster.nodes[1].log_text());
 }
 
+/// Publishes `m-I` on `roll/x` at QoS 2 for each I, `gap` apart.
+async fn publish_numbered(publisher: &mut RawClient, range: std::ops::Range<u16>, gap: Duration) {
+    for i in range {
+        let payload = format!("m-{i}");
+        publisher
+            .publish("roll/x", payload.as_bytes(), QoS::ExactlyOnce, false, i + 1)
+            .await;
+        tokio::time::sleep(gap).await;
+    }
+}
+
+/// A rolling restart's gap (docs/CLUSTER.md, "Relay after a handover"): a client of a node
+/// stopped for a restart resumes its session on another node, whose CONNACK waits for the
+/// stopped node. Meanwhile a third node goes on routing the client's messages to the stopped
+/// node (its route set still has the session's filter), where they wait. Back, that node
+/// hands the session over on the claim, and what arrives from the third node after that is
+/// relayed to the new node, which meanwhile keeps the third node's own copies from the
+/// session: no QoS 2 message is lost, and (nearly) none arrives twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moved_during_a_restart_gets_what_was_published_meanwhile() {
+    const TOTAL: u16 = 3_000;
+    let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
+    let connect_as = |mqtt: std::net::SocketAddr| async move {
+        let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
+        let mut connect =
+            hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "roll-sub", false);
+        connect.properties.session_expiry_interval = Some(600);
+        let connack = client.connect(connect).await;
+        (client, connack)
+    };
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    // Another subscriber of the filter on n2: n3 routes it to n2 all along, so after the
+    // take-over n2 gets n3's copies directly while n1 relays n3's earlier ones.
+    let mut other = cluster.nodes[1].client("roll-other", true).await;
+    other.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("roll-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+    await_route(&mut publisher, &mut other, "roll/probe").await;
+
+    cluster.nodes[0].terminate();
+    drop(sub);
+    // The client resumes on n2; its CONNACK waits for n1, stopped for a restart.
+    let moving = tokio::spawn(connect_as(cluster.nodes[1].mqtt));
+    publish_numbered(&mut publisher, 0..20, Duration::from_millis(20)).await;
+    cluster.nodes[0].restart();
+    // Published while n1 restarts, hands the session over and n2's route reaches n3: as
+    // fast as the QoS 2 flow goes, so that some are on their way during the take-over.
+    publish_numbered(&mut publisher, 20..TOTAL, Duration::ZERO).await;
+    let (mut moved, connack) = moving.await.unwrap();
+    assert!(connack.session_present, "n1 handed the session over");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < TOTAL as usize && Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(500)).await,
+        ));
+    }
+    got.retain(|p| p != "probe");
+    let mut seen = std::collections::HashMap::<&str, u32>::new();
+    for payload in &got {
+        *seen.entry(payload.as_str()).or_default() += 1;
+    }
+    let missing: Vec<String> = (0..TOTAL)
+        .map(|i| format!("m-{i}"))
+        .filter(|p| !seen.contains_key(p.as_str()))
+        .collect();
+    let twice: Vec<&str> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "lost {} of {TOTAL}: {missing:?}; n1:\n{}",
+        missing.len(),
+        cluster.nodes[0].log_text()
+    );
+    // Not exactly once yet: about one run in four delivers one or two of the 3,000 twice
+    // (docs/CLUSTER.md, "Relay after a handover", what it does not cover).
+    assert!(
+        twice.len() <= 2,
+        "{} delivered twice: {twice:?}",
+        twice.len()
+    );
+    // n1 relayed until n2 and n3 had both marked the end, not until its deadline.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.nodes[0]
+        .log_text()
+        .contains("handover_relay_marked_by_every_node")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "n1 never saw every mark:\n{}",
+            cluster.nodes[0].log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until `node`'s status for `peer` satisfies `check`.
 async fn wait_status(node: &Node, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -516,6 +616,43 @@ async fn the_admin_api_shows_the_cluster() {
     assert_eq!(body["node"], "n1");
     assert_eq!(body["nodes"]["n2"]["live"], true);
     assert_eq!(body["nodes"]["n2"]["link_up"], true);
+
+    // /metrics: the link's keep-alive round trip, observed once per 5 s keep-alive.
+    let metrics = tokio::task::spawn_blocking(move || {
+        let api = hayate_testkit::ops::HttpApi::new(http, Some("secret-token"));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (status, text) = api.get("/metrics");
+            assert_eq!(status, 200, "{text}");
+            if sample(&text, "hayate_cluster_link_round_trip_seconds_count") >= Some(1.0) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no link round trip observed: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
+    .await
+    .unwrap();
+    let sum = sample(&metrics, "hayate_cluster_link_round_trip_seconds_sum").unwrap();
+    assert!(sum > 0.0 && sum < 5.0, "loopback round trips: {sum} s");
+    let within_a_second = sample(
+        &metrics,
+        "hayate_cluster_link_round_trip_seconds_bucket{le=\"1\"}",
+    );
+    assert!(within_a_second >= Some(1.0), "{metrics}");
+    if let Some(promtool) = hayate_testkit::ops::tool_or_skip("promtool") {
+        hayate_testkit::prometheus::promtool_check_metrics(&promtool, &metrics);
+    }
+}
+
+/// The value of one sample line of a Prometheus text.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// `hayate cluster leave` (the admin API) makes a node leave for good: it shuts down, and the

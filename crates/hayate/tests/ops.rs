@@ -91,11 +91,11 @@ fn prometheus_scrapes_hayate() {
         "a labelled family aggregates"
     );
     // Every query of the Grafana dashboard is valid PromQL for this Prometheus, and those not
-    // about the store or bridges (this broker has neither) return series.
+    // about the store, bridges or a cluster (this broker has none) return series.
     let dashboard =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/grafana/hayate.json");
     let checked = prometheus.check_dashboard(&dashboard, |q| {
-        q.contains("_store_") || q.contains("_bridge_")
+        q.contains("_store_") || q.contains("_bridge_") || q.contains("_cluster_")
     });
     assert!(checked >= 20, "{checked} queries");
 }

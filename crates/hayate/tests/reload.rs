@@ -5,10 +5,10 @@
 
 use hayate_codec::{Packet, PacketId, ProtocolVersion, PubResp, QoS, ReasonCode};
 use hayate_testkit::blocking::BlockingClient;
-use hayate_testkit::ops::{HayateProcess, HttpApi};
+use hayate_testkit::ops::{HttpApi, ReloadableHayate};
 use hayate_testkit::{connect_packet, free_port, publish_packet};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -19,58 +19,9 @@ fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_hayate"))
 }
 
-/// A broker started with `--config FILE --log-file LOG` (and the testkit's `--listen` and
-/// `--http`).
-struct Broker {
-    process: HayateProcess,
-    config: PathBuf,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Broker {
-    fn start(file_name: &str, text: &str) -> Broker {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join(file_name);
-        let log = dir.path().join("hayate.log");
-        std::fs::write(&config, text).unwrap();
-        let process = HayateProcess::start(
-            binary(),
-            TOKEN,
-            &[
-                "--config",
-                config.to_str().unwrap(),
-                "--log-file",
-                log.to_str().unwrap(),
-            ],
-        );
-        Broker {
-            process,
-            config,
-            log,
-            _dir: dir,
-        }
-    }
-
-    /// Writes the file anew, sends SIGHUP and waits for the reload to be logged (the
-    /// `nth` reload since start); returns the log.
-    fn reload(&self, text: &str, nth: usize) -> String {
-        std::fs::write(&self.config, text).unwrap();
-        let status = Command::new("kill")
-            .args(["-HUP", &self.process.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if log.matches("bridges_reloaded").count() >= nth {
-                return log;
-            }
-            assert!(Instant::now() < deadline, "reload {nth} never done: {log}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// A broker on `text` written to `file_name`, reloadable with SIGHUP.
+fn start_broker(file_name: &str, text: &str) -> ReloadableHayate {
+    ReloadableHayate::start(binary(), TOKEN, file_name, text)
 }
 
 fn v5_connect(addr: SocketAddr, client_id: &str) -> (BlockingClient, hayate_codec::ConnAck) {
@@ -156,7 +107,7 @@ fn payload(n: usize) -> Vec<u8> {
 /// keys that need a restart are named, the applied ones are not.
 #[test]
 fn sighup_lowers_limits_for_new_connections_while_existing_ones_keep_working() {
-    let broker = Broker::start(
+    let broker = start_broker(
         "hayate.toml",
         "[broker]\nmax_packet_size = 100000\nmax_subscriptions_per_client = 10\n",
     );
@@ -260,7 +211,7 @@ fn addr(port: u16) -> SocketAddr {
 #[test]
 fn sighup_adds_and_removes_listeners() {
     let (one, two, three) = (free_port(), free_port(), free_port());
-    let broker = Broker::start("hayate.toml", &listeners(&[("one", one), ("two", two)]));
+    let broker = start_broker("hayate.toml", &listeners(&[("one", one), ("two", two)]));
     let (mut sub, _) = v5_connect(broker.process.mqtt, "listeners-sub");
     sub.send_subscribe("stream/#", QoS::AtLeastOnce, 1);
     assert!(matches!(sub.recv(WAIT), Some(Packet::SubAck(_))));
@@ -338,7 +289,7 @@ fn sighup_adds_and_removes_listeners() {
 #[test]
 fn sighup_applies_mosquitto_conf_listeners() {
     let (one, two) = (free_port(), free_port());
-    let broker = Broker::start(
+    let broker = start_broker(
         "mosquitto.conf",
         &format!("listener {one} 127.0.0.1\nallow_anonymous true\n"),
     );
@@ -369,16 +320,12 @@ fn sighup_applies_mosquitto_conf_listeners() {
 #[test]
 fn sighup_with_an_invalid_file_keeps_the_running_settings() {
     let one = free_port();
-    let broker = Broker::start("hayate.toml", &listeners(&[("one", one)]));
+    let broker = start_broker("hayate.toml", &listeners(&[("one", one)]));
     std::fs::write(&broker.config, "[broker]\nmax_packet_size = 1\n").unwrap();
-    let status = Command::new("kill")
-        .args(["-HUP", &broker.process.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    broker.signal_reload();
     let deadline = Instant::now() + WAIT;
     loop {
-        let log = std::fs::read_to_string(&broker.log).unwrap_or_default();
+        let log = broker.log_text();
         if log.contains("config_reload_failed_keeping_the_running_settings") {
             assert!(log.contains("max_packet_size"), "{log}");
             break;
@@ -410,7 +357,7 @@ fn http_basic_authentication_with_the_password_file() {
         .unwrap();
     assert!(made.success());
     let text = format!("[http]\npassword_file = \"{}\"\n", passwd.display());
-    let broker = Broker::start("hayate.toml", &text);
+    let broker = start_broker("hayate.toml", &text);
     let api = HttpApi::new(broker.process.http, Some(TOKEN));
     let (status, body) = api.with_basic("admin", "s3cret").get("/api/v1/clients");
     assert_eq!(status, 200, "{body}");

@@ -93,6 +93,14 @@ impl Channel {
         }
         let allowed = match &self.client {
             Some(client) if client.listener.is_cluster_internal() => true,
+            // The nodes' own topics (`crate::cluster::PEER_CLIENT_PREFIX`): never a client's.
+            Some(_)
+                if publish
+                    .topic
+                    .starts_with(crate::cluster::PEER_CLIENT_PREFIX) =>
+            {
+                false
+            }
             Some(client) => self.broker.hooks.authorize_publish(client, &publish.topic),
             None => false,
         };
@@ -152,8 +160,13 @@ impl Channel {
         .with_arrival(self.arrival);
         let message = if self.info.listener.role == ListenerRole::PeerIngress {
             let ids = &publish.properties.subscription_identifiers;
+            // The ingress of the link from node N is `$cluster/in/N`.
+            let node = self
+                .client_id()
+                .and_then(|id| id.strip_prefix(crate::cluster::INGRESS_CLIENT_PREFIX))
+                .unwrap_or_default();
             let scope = match self.broker.router.cluster() {
-                Some(cluster) => cluster.scope_of(ids),
+                Some(cluster) => cluster.scope_from(node, ids, now),
                 None => PeerScope::default(),
             };
             message.forwarded_by_peer(Arc::new(scope))

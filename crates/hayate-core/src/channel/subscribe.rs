@@ -93,6 +93,10 @@ impl Channel {
         }
         let verdict = match &self.client {
             Some(client) if client.listener.is_cluster_internal() => Ok(()),
+            // The nodes' own topics (`crate::cluster::PEER_CLIENT_PREFIX`): never a client's.
+            Some(_) if inner.starts_with(crate::cluster::PEER_CLIENT_PREFIX) => {
+                Err(ReasonCode::NOT_AUTHORIZED)
+            }
             Some(client) => self.broker.hooks.authorize_subscribe(client, inner),
             None => Err(ReasonCode::NOT_AUTHORIZED),
         };

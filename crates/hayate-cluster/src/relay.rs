@@ -1,0 +1,158 @@
+//! The claiming node's side of the relay after a handover (`docs/CLUSTER.md`, "Relay after a
+//! handover"): taking a session over, it stops its direct copies from the other nodes reaching
+//! the session, and has each of them mark, behind what it routed to the old node, the end of
+//! what the old node must relay. A node's mark coming back here lets its copies through again.
+
+use crate::control::{Mark, SessionAnswer};
+use crate::link::LinkContext;
+use hayate_codec::QoS;
+use hayate_core::cluster::PEER_CLIENT_PREFIX;
+use hayate_core::router::RouteOutcome;
+use hayate_core::{Arrival, Delivery, WakeList};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Marks each link still has to publish on its node, kept until it is connected to publish
+/// them (a mark missed would leave the old node relaying, and this one suppressing, until
+/// their deadlines).
+#[derive(Debug)]
+pub(crate) struct MarkBoard {
+    pending: Mutex<HashMap<Arc<str>, Posted>>,
+    changed: watch::Sender<u64>,
+}
+
+/// Marks waiting for one node's link, with when they were posted.
+type Posted = Vec<(Mark, Instant)>;
+
+/// Marks kept per node at most (the oldest go first; they are useless after the relay's
+/// deadline anyway).
+const MARKS_PER_NODE: usize = 10_000;
+
+impl MarkBoard {
+    pub(crate) fn new() -> MarkBoard {
+        MarkBoard {
+            pending: Mutex::new(HashMap::new()),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    /// Wakes a link when marks were posted.
+    pub(crate) fn watch(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn post(&self, mark: &Mark, nodes: &[Arc<str>], now: Instant) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            for node in nodes {
+                let marks = pending.entry(node.clone()).or_default();
+                if marks.len() >= MARKS_PER_NODE {
+                    marks.remove(0);
+                }
+                marks.push((mark.clone(), now));
+            }
+        }
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The marks waiting to be published on `node`, those younger than `max_age`.
+    pub(crate) fn take(&self, node: &str, now: Instant, max_age: Duration) -> Vec<Mark> {
+        let taken = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(node)
+            .unwrap_or_default();
+        taken
+            .into_iter()
+            .filter(|(_, posted)| now.duration_since(*posted) < max_age)
+            .map(|(mark, _)| mark)
+            .collect()
+    }
+}
+
+/// Takes over the session in `answer`, which node `old` handed over here: first suppresses
+/// what every other node forwards for it (the old node relays that until the node's mark),
+/// then takes it, then marks the end of what this node routed to `old` (in its peer session
+/// here) and posts the mark for every other node's link. Without plain subscriptions nothing
+/// is relayed and nothing is marked.
+pub(crate) fn take_over(
+    ctx: &LinkContext,
+    old: &Arc<str>,
+    answer: SessionAnswer,
+    now: Instant,
+    wake: &mut WakeList,
+) {
+    let (broker, routes, self_name) = (&ctx.broker, &ctx.routes, &ctx.self_name);
+    let Some(handed) = answer.handed else {
+        return;
+    };
+    let client_id: Arc<str> = Arc::from(answer.client_id.as_str());
+    let at = Arrival::from_nanos(answer.at);
+    let relayed = answer.at != 0
+        && handed
+            .subscriptions
+            .iter()
+            .any(|(filter, _)| !filter.starts_with("$share/"));
+    let others: Vec<Arc<str>> = routes
+        .nodes()
+        .into_iter()
+        .filter(|node| node != old && node != self_name)
+        .collect();
+    if relayed {
+        // Half the old node's relay deadline: should a mark never come back, copies arrive
+        // twice for a while rather than not at all.
+        routes.suppress(
+            client_id.clone(),
+            at,
+            others.clone(),
+            now + routes.relay_timeout() / 2,
+        );
+    }
+    let taken = broker.take_over(&client_id, handed, now, wake);
+    if !relayed {
+        return;
+    }
+    if !taken {
+        for node in &others {
+            routes.unsuppress(&client_id, at, node);
+        }
+        return;
+    }
+    let mark = Mark {
+        client_id,
+        old: old.clone(),
+        new: self_name.clone(),
+        at: answer.at,
+    };
+    if let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{old}")) {
+        let delivery = Delivery::new(Arc::new(mark.to_message()), QoS::AtLeastOnce, false);
+        let mut outcome = RouteOutcome::default();
+        broker
+            .router
+            .deliver(&cell, delivery, now, wake, &mut outcome);
+    }
+    ctx.marks.post(&mark, &others, now);
+}
+
+/// A mark arrived on the link from `from`: for a session this node handed over (it may stop
+/// relaying what `from` forwards), or the mark of one of this node's take-overs coming back
+/// (what `from` forwards reaches the session again). Any other node's is not ours.
+pub(crate) fn on_mark(
+    ctx: &LinkContext,
+    from: &str,
+    mark: &Mark,
+    now: Instant,
+    wake: &mut WakeList,
+) {
+    let at = Arrival::from_nanos(mark.at);
+    if mark.old == ctx.self_name {
+        ctx.broker
+            .relay_marked(&mark.client_id, from, at, now, wake);
+    } else if mark.new == ctx.self_name {
+        ctx.routes.unsuppress(&mark.client_id, at, from);
+    }
+}
