@@ -7,7 +7,9 @@
 #   scripts/bench/bridge-swarm.sh [EDGES [SECONDS [RATE]]]     # defaults: 20 30 2
 #
 # Reported per central broker (results/bridge-swarm.txt, one line each): messages sent and
-# delivered (%, duplicates, edges whose every message arrived), the central broker's CPU time
+# delivered (%, duplicates, edges whose every message arrived), their latency from the edge's
+# publisher to the central subscriber (p50/p99/max ms, measured in the load generator, whose
+# own scheduling is included), the central broker's CPU time
 # (seconds and % of one core over the run), its RSS (peak VmHWM and at the end), and connection
 # churn: TCP connections to its bridge port seen (sampled every second by source port) minus
 # EDGES, i.e. reconnections.
@@ -207,7 +209,8 @@ cpu = (int(c1) - int(c0)) / int(hz)
 wall = float(t1) - float(t0)
 print(f"central={kind} edges={load['edges']} extra_links={extra_links} connected={up} sent={load['sent']} "
       f"delivered={load['received']} ({load['delivered_pct']}%) duplicates={load['duplicates']} "
-      f"edges_complete={load['edges_complete']} central_cpu={cpu:.1f}s ({100 * cpu / wall:.1f}% of a core) "
+      f"edges_complete={load['edges_complete']} latency_ms_p50/p99/max={load['latency_p50_ms']}/{load['latency_p99_ms']}/{load['latency_max_ms']} "
+      f"central_cpu={cpu:.1f}s ({100 * cpu / wall:.1f}% of a core) "
       f"rss_peak={int(hwm) // 1024}MB rss_end={int(rss) // 1024}MB reconnections={churn}")
 EOF
     stop_brokers

@@ -5,7 +5,9 @@ One process: a publisher per edge broker (MQTT 3.1.1, QoS 1, topic swarm/<edge>,
 per second each for SECONDS), and one subscriber on the central broker (swarm/#, QoS 1) that
 counts what arrives through the bridges. After the publishers stop it waits up to DRAIN seconds
 for the rest, then prints one JSON object: sent, received (distinct), duplicates, delivered_pct,
-edges_complete (edges whose every message arrived), seconds.
+edges_complete (edges whose every message arrived), seconds, and the latency from publishing on
+an edge to arriving at the central subscriber (first copies; p50, p99 and max in ms). Both ends
+are this process's event loop, so the latency includes its own scheduling delays.
 
 Usage: bridge_swarm_load.py CENTRAL_PORT EDGE_PORTS_FILE RATE SECONDS DRAIN
 (EDGE_PORTS_FILE: one port per line; all on 127.0.0.1.) The process holds one socket per edge
@@ -78,11 +80,13 @@ async def subscriber(port, state, ready):
         if qos:
             writer.write(b"\x40\x02" + body[pos:pos + 2])
             pos += 2
-        key = body[pos:].decode(errors="replace")
+        now = time.monotonic_ns()
+        key, _, sent_ns = body[pos:].decode(errors="replace").rpartition(":")
         if key in state["seen"]:
             state["duplicates"] += 1
         else:
             state["seen"].add(key)
+            state["latencies"].append(now - int(sent_ns))
 
 
 async def publisher(index, port, rate, seconds, state):
@@ -101,7 +105,7 @@ async def publisher(index, port, rate, seconds, state):
     await asyncio.sleep(interval * (index % 100) / 100)
     while time.monotonic() - start < seconds:
         seq += 1
-        payload = f"{index}:{seq}".encode()
+        payload = f"{index}:{seq}:{time.monotonic_ns()}".encode()
         body = topic + struct.pack("!H", seq % 65535 + 1) + payload
         writer.write(b"\x32" + remaining_length(len(body)) + body)
         state["sent"] += 1
@@ -116,7 +120,7 @@ async def main():
     central, ports_file, rate, seconds, drain = sys.argv[1:6]
     central, rate, seconds, drain = int(central), float(rate), float(seconds), float(drain)
     ports = [int(line) for line in open(ports_file) if line.strip()]
-    state = {"sent": 0, "seen": set(), "duplicates": 0, "per_edge": {}}
+    state = {"sent": 0, "seen": set(), "duplicates": 0, "per_edge": {}, "latencies": []}
     ready = asyncio.Event()
     sub = asyncio.ensure_future(subscriber(central, state, ready))
     await asyncio.wait_for(ready.wait(), 10)
@@ -132,6 +136,13 @@ async def main():
         for i, last in state["per_edge"].items()
         if all(f"{i}:{s}" in state["seen"] for s in range(1, last + 1))
     )
+    latencies = sorted(state["latencies"])
+
+    def latency_ms(q):
+        if not latencies:
+            return None
+        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1e6, 2)
+
     print(json.dumps({
         "edges": len(ports),
         "sent": state["sent"],
@@ -140,6 +151,9 @@ async def main():
         "delivered_pct": round(100.0 * received / max(state["sent"], 1), 3),
         "edges_complete": complete,
         "seconds": round(time.monotonic() - started, 1),
+        "latency_p50_ms": latency_ms(0.50),
+        "latency_p99_ms": latency_ms(0.99),
+        "latency_max_ms": latency_ms(1.0),
     }))
 
 

@@ -240,12 +240,19 @@ pub fn spawn(
     let _ = stats
         .queue
         .set((Arc::downgrade(&broker), local.client_id.clone()));
+    let max_messages = config
+        .max_queued_messages
+        .unwrap_or(broker.config().max_queued_messages);
+    if config.start_type == BridgeStartType::Lazy
+        && usize::try_from(config.threshold).unwrap_or(usize::MAX) > max_messages
+    {
+        // The queue never holds that many: the bridge would never connect.
+        tracing::warn!(bridge = %config.name, threshold = config.threshold, max_queued_messages = max_messages, "bridge_lazy_threshold_above_queue_limit");
+    }
     broker.set_queue_limits(
         &local.client_id,
         Some(QueueLimits {
-            max_messages: config
-                .max_queued_messages
-                .unwrap_or(broker.config().max_queued_messages),
+            max_messages,
             max_bytes: config
                 .max_queued_bytes
                 .unwrap_or(broker.config().max_queued_bytes),
@@ -322,13 +329,18 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
     let lazy = bridge.config.start_type == BridgeStartType::Lazy;
     // Lazy: wait for messages before connecting (at start and after each link).
     let mut wait_for_demand = lazy;
+    // The local session exists from the start, so that messages queue for the remote broker
+    // even when it cannot be reached yet (the first link resumes it). Then the state says 0.
+    if let Err(error) = crate::session::prepare(&mut bridge) {
+        tracing::warn!(bridge = %name, %error, "bridge_local_session_failed");
+    }
     bridge.notify_local(false);
     loop {
         if *shutdown.borrow() {
             break;
         }
         if wait_for_demand {
-            if let Err(error) = crate::lazy::prepare_session(&mut bridge) {
+            if let Err(error) = crate::session::prepare(&mut bridge) {
                 tracing::warn!(bridge = %name, %error, "bridge_local_session_failed");
             } else if !crate::lazy::wait_for_demand(&bridge, &mut shutdown).await {
                 break;
@@ -373,6 +385,14 @@ async fn run(mut bridge: Bridge, mut shutdown: watch::Receiver<bool>) {
     }
     if let Some(watcher) = bridge.watcher.take() {
         watcher.finish().await;
+    }
+    let end_session = bridge
+        .config
+        .local_cleansession
+        .unwrap_or(bridge.config.cleansession);
+    if end_session && !bridge.first_local {
+        // Stopped while the link was down (a link up at shutdown ended the session itself).
+        crate::session::end(&mut bridge);
     }
     bridge.notify_local(false);
     // A bridge stopped for good leaves its session (when it stays) with the broker's limits;

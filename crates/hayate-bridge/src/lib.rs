@@ -17,6 +17,7 @@ mod link;
 mod local;
 mod remote;
 mod retained;
+mod session;
 mod set;
 mod transport;
 

@@ -113,6 +113,8 @@ impl<'a> Link<'a> {
                     .local_cleansession
                     .unwrap_or(link.bridge.config.cleansession);
                 link.local.close(end_session, now);
+                // An ended session: a later start of the bridge begins a new one.
+                link.bridge.first_local |= end_session;
                 link.remote.disconnect().await;
                 LinkEnd::Shutdown
             }
@@ -228,6 +230,7 @@ impl<'a> Link<'a> {
                     .and_then(QoS::from_u8)
                     .unwrap_or(QoS::ExactlyOnce),
             },
+            crate::local::RETAINED_IF_NEW,
             Instant::now(),
         )?;
         bridge.first_local = false;

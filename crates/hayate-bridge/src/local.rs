@@ -39,6 +39,8 @@ pub(crate) struct Local {
     pending: BytesMut,
     /// Packets decoded but not yet taken.
     backlog: Vec<Packet>,
+    /// The broker resumed an existing session (CONNACK's Session Present).
+    session_present: bool,
 }
 
 /// What the remote broker accepts, applied to the local session's deliveries to the bridge.
@@ -52,17 +54,26 @@ pub(crate) struct RemoteLimits {
     pub maximum_qos: QoS,
 }
 
+/// Retain Handling of the local subscriptions: retained messages once, when the subscription
+/// is new (on a link).
+pub(crate) const RETAINED_IF_NEW: u8 = 1;
+/// Retain Handling of the subscriptions made when the bridge starts, before any link: no
+/// retained messages then (the first link's replay sends them, `crate::session`).
+pub(crate) const RETAINED_NEVER: u8 = 2;
+
 impl Local {
     /// Connects the bridge's local session. `clean_start` only on the bridge's first
     /// connection when `local_cleansession` is set; afterwards the session resumes, so what was
     /// in flight to the remote side is resent and what queued meanwhile is delivered.
-    /// Subscribes to every outgoing rule, within the remote broker's `limits`.
+    /// Subscribes to every outgoing rule, within the remote broker's `limits`, with
+    /// `retain_handling` ([`RETAINED_IF_NEW`] or [`RETAINED_NEVER`]).
     pub(crate) fn connect(
         broker: &Arc<Broker>,
         settings: &LocalSettings,
         topics: &TopicMap,
         clean_start: bool,
         limits: RemoteLimits,
+        retain_handling: u8,
         now: Instant,
     ) -> Result<Local, BridgeError> {
         let RemoteLimits {
@@ -94,8 +105,7 @@ impl Local {
                     qos: rule.qos().min(maximum_qos),
                     no_local: true,
                     retain_as_published: true,
-                    // Retained messages once, when the subscription is new.
-                    retain_handling: 1,
+                    retain_handling,
                 };
                 (rule.local_filter().into(), options)
             })
@@ -132,6 +142,7 @@ impl Local {
             wake: WakeList::new(),
             pending: BytesMut::new(),
             backlog: Vec::new(),
+            session_present: false,
         };
         let connect = Connect {
             protocol: ProtocolVersion::V5,
@@ -154,12 +165,20 @@ impl Local {
         // forwarded like the rest.
         local.backlog.extend(output);
         match connack {
-            Some(Packet::ConnAck(connack)) if !connack.reason_code.is_error() => Ok(local),
+            Some(Packet::ConnAck(connack)) if !connack.reason_code.is_error() => {
+                local.session_present = connack.session_present;
+                Ok(local)
+            }
             Some(Packet::ConnAck(connack)) => Err(BridgeError::LocalRefused(connack.reason_code.0)),
             other => Err(BridgeError::Protocol(format!(
                 "local CONNECT answered with {other:?}"
             ))),
         }
+    }
+
+    /// The broker resumed an existing session (CONNACK's Session Present).
+    pub(crate) fn session_present(&self) -> bool {
+        self.session_present
     }
 
     /// Subscribes to `filters` (nothing when empty).

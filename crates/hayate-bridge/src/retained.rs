@@ -65,6 +65,11 @@ impl RetainedChanges {
         }
     }
 
+    /// Replays every retained message of the outgoing filters (a new session's first link).
+    pub(crate) fn replay_everything(&mut self) {
+        self.overflow = true;
+    }
+
     /// Nothing to replay.
     pub(crate) fn is_empty(&self) -> bool {
         self.topics.is_empty() && !self.overflow

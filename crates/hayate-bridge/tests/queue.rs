@@ -7,7 +7,7 @@
 mod common;
 
 use common::{bridge, topic, wait_for_state, Mosquitto};
-use hayate_bridge::config::{BridgeConfig, BridgeDirection, BridgeProtocol};
+use hayate_bridge::config::{BridgeConfig, BridgeDirection, BridgeProtocol, BridgeStartType};
 use hayate_codec::{Packet, ProtocolVersion, QoS};
 use hayate_testkit::proxy::Proxy;
 use hayate_testkit::{publish_packet, RawClient, Received, TestBroker};
@@ -282,6 +282,163 @@ async fn the_queue_survives_a_restart_still_bounded() {
         (90..120).collect::<Vec<_>>(),
         "the newest 30, in order"
     );
+}
+
+/// The remote broker unreachable from the very first start of Hayate (the proxy refuses
+/// every connection): the bridge's session exists from the start, so what is published for it
+/// waits in its bounded queue (the oldest dropped, counted) and arrives, in order, once the
+/// remote broker can be reached.
+async fn remote_down_from_the_first_start(protocol: BridgeProtocol) {
+    let mut s = setup(protocol).await;
+    s.config.max_queued_messages = Some(50);
+    s.proxy.set_blocked(true);
+    let v = match protocol {
+        BridgeProtocol::Mqttv50 => ProtocolVersion::V5,
+        _ => ProtocolVersion::V311,
+    };
+    let mut remote_sub = s.mosquitto.client(v, "remote-sub", true).await;
+    remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    let hayate = start_hayate(&s.config, None).await;
+    // The bridge says 0 once its session exists.
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 0, 120, 10).await;
+    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == 70).await, 70);
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 50).await, 50);
+    assert_eq!(sys_value(&hayate, "connects", |_| true).await, 0);
+
+    s.proxy.set_blocked(false);
+    wait_for_state(&mut state, b"1").await;
+    let got = numbers_until(&mut remote_sub, 119).await;
+    assert_eq!(
+        got,
+        (70..120).collect::<Vec<_>>(),
+        "the newest 50, in order"
+    );
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 0).await, 0);
+}
+
+#[tokio::test]
+async fn remote_down_from_the_first_start_v311() {
+    remote_down_from_the_first_start(BridgeProtocol::Mqttv311).await;
+}
+
+#[tokio::test]
+async fn remote_down_from_the_first_start_v5() {
+    remote_down_from_the_first_start(BridgeProtocol::Mqttv50).await;
+}
+
+/// The same with `[storage]`, and Hayate restarted before the remote broker is ever reached:
+/// the queue made at the first start is on disk, comes back, and is delivered in order.
+#[tokio::test]
+async fn remote_down_from_the_first_start_across_a_restart() {
+    let mut s = setup(BridgeProtocol::Mqttv311).await;
+    s.config.max_queued_messages = Some(30);
+    s.proxy.set_blocked(true);
+    let data = tempfile::tempdir().unwrap();
+    let mut remote_sub = s
+        .mosquitto
+        .client(ProtocolVersion::V311, "remote-sub", true)
+        .await;
+    remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    let hayate = start_hayate(&s.config, Some(data.path())).await;
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 0, 40, 10).await;
+    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == 10).await, 10);
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 30).await, 30);
+    drop((local_pub, state));
+    hayate.handle.shutdown().await;
+
+    let hayate = start_hayate(&s.config, Some(data.path())).await;
+    assert_eq!(sys_value(&hayate, "queue/messages", |v| v == 30).await, 30);
+    let mut state = state_watcher(&hayate).await;
+    wait_for_state(&mut state, b"0").await;
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 40, 50, 10).await;
+    assert_eq!(sys_value(&hayate, "queue/dropped", |v| v == 10).await, 10);
+
+    s.proxy.set_blocked(false);
+    wait_for_state(&mut state, b"1").await;
+    let got = numbers_until(&mut remote_sub, 49).await;
+    assert_eq!(got, (20..50).collect::<Vec<_>>(), "the newest 30, in order");
+    assert_eq!(sys_value(&hayate, "connects", |v| v == 1).await, 1);
+}
+
+/// `start_type once` with the remote broker unreachable at start: the bridge tries once and
+/// stops for good (it does not connect when the remote broker comes up), its session keeps
+/// what was published for it, and a reload that starts it again (changed to `automatic`)
+/// sends that, in order.
+#[tokio::test]
+async fn once_stops_after_its_failed_attempt_and_keeps_the_queue_for_a_later_start() {
+    let mut s = setup(BridgeProtocol::Mqttv311).await;
+    s.config.start_type = BridgeStartType::Once;
+    s.proxy.set_blocked(true);
+    let mut remote_sub = s
+        .mosquitto
+        .client(ProtocolVersion::V311, "remote-sub", true)
+        .await;
+    remote_sub.subscribe("q/#", QoS::AtLeastOnce, 1).await;
+    // The bridge is added once the state watcher listens: it says 0 when it starts and 0
+    // again when it stops after its one attempt.
+    let hayate = TestBroker::start().await;
+    let mut state = state_watcher(&hayate).await;
+    let report = hayate.handle.reload_bridges(vec![s.config.clone()]).await;
+    assert_eq!(report.added, [NAME]);
+    wait_for_state(&mut state, b"0").await;
+    let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+    publish_range(&mut local_pub, 0, 10, 10).await;
+    wait_for_state(&mut state, b"0").await;
+    s.proxy.set_blocked(false);
+    // Several restart_timeouts (1 s): a bridge that retried would be connected by now.
+    match remote_sub.recv_timeout(Duration::from_secs(3)).await {
+        Received::Timeout => {}
+        other => panic!("the once bridge connected again: {other:?}"),
+    }
+    assert_eq!(
+        hayate
+            .handle
+            .broker
+            .queue_figures("local.q-remote")
+            .map(|(n, _)| n),
+        Some(10)
+    );
+
+    let mut again = s.config.clone();
+    again.start_type = BridgeStartType::Automatic;
+    let report = hayate.handle.reload_bridges(vec![again]).await;
+    assert_eq!(report.changed, [NAME]);
+    wait_for_state(&mut state, b"1").await;
+    let got = numbers_until(&mut remote_sub, 9).await;
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+}
+
+/// A bridge removed (SIGHUP) while its remote broker has never been reached: with
+/// `local_cleansession true` its session ends with what queued in it; without, the session
+/// stays with its queue, as any persistent session.
+#[tokio::test]
+async fn a_bridge_removed_while_down_ends_its_session_only_with_local_cleansession() {
+    for clean in [false, true] {
+        let mut s = setup(BridgeProtocol::Mqttv311).await;
+        s.config.local_cleansession = Some(clean);
+        s.proxy.set_blocked(true);
+        let hayate = start_hayate(&s.config, None).await;
+        let mut state = state_watcher(&hayate).await;
+        wait_for_state(&mut state, b"0").await;
+        let mut local_pub = hayate.client(ProtocolVersion::V5, "local-pub").await;
+        publish_range(&mut local_pub, 0, 5, 10).await;
+        let broker = &hayate.handle.broker;
+        let client_id = "local.q-remote";
+        assert_eq!(broker.queue_figures(client_id).map(|(n, _)| n), Some(5));
+        let report = hayate.handle.reload_bridges(Vec::new()).await;
+        assert_eq!(report.removed, [NAME]);
+        let left = broker.queue_figures(client_id).map(|(n, _)| n);
+        let want = if clean { None } else { Some(5) };
+        assert_eq!(left, want, "local_cleansession {clean}");
+    }
 }
 
 /// Resident memory of this process, in bytes (`/proc/self/statm`).

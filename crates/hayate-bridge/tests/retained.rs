@@ -107,3 +107,66 @@ async fn retained_set_and_deleted_while_down_reach_mosquitto_v311() {
 async fn retained_set_and_deleted_while_down_reach_mosquitto_v5() {
     retained_changes_while_down(BridgeProtocol::Mqttv50).await;
 }
+
+/// The remote broker down from the bridge's start: the retained messages there when the bridge
+/// starts (QoS 0 and 1) and the changes made before its first link (a deletion, a QoS 0 set)
+/// reach the remote broker when the link first comes up, including the deletion of a value
+/// the remote broker held from before.
+#[tokio::test]
+async fn retained_state_from_before_the_first_link_reaches_mosquitto() {
+    let mut mosquitto = Mosquitto::start(true);
+    let mut old = mosquitto.client(V5, "old", true).await;
+    old.publish("state/c", b"old", QoS::AtLeastOnce, true, 1)
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(old);
+    mosquitto.stop();
+
+    let hayate = hayate_testkit::TestBroker::start().await;
+    let mut publisher = hayate.client(V5, "publisher").await;
+    publisher
+        .publish("state/a", b"a0", QoS::AtMostOnce, true, 0)
+        .await;
+    publisher
+        .publish("state/b", b"b1", QoS::AtLeastOnce, true, 1)
+        .await;
+    publisher
+        .publish("state/c", b"c-local", QoS::AtMostOnce, true, 0)
+        .await;
+    let config = bridge(
+        "first",
+        mosquitto.port,
+        BridgeProtocol::Mqttv311,
+        vec![topic("state/#", BridgeDirection::Out, 1, "", "")],
+    );
+    let report = hayate.handle.reload_bridges(vec![config]).await;
+    assert_eq!(report.added, ["first"]);
+    let mut watcher = hayate.client(V5, "watcher").await;
+    watcher
+        .subscribe(
+            "$SYS/broker/connection/first-remote/state",
+            QoS::AtMostOnce,
+            1,
+        )
+        .await;
+    wait_for_state(&mut watcher, b"0").await;
+    // Before the first link: c deleted, d set, both at QoS 0 (not queued).
+    publisher
+        .publish("state/c", b"", QoS::AtMostOnce, true, 0)
+        .await;
+    publisher
+        .publish("state/d", b"d", QoS::AtMostOnce, true, 0)
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    mosquitto.restart();
+    wait_for_state(&mut watcher, b"1").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let after = remote_retained(&mosquitto, "check").await;
+    let expected: BTreeMap<String, String> =
+        [("state/a", "a0"), ("state/b", "b1"), ("state/d", "d")]
+            .into_iter()
+            .map(|(t, p)| (t.to_string(), p.to_string()))
+            .collect();
+    assert_eq!(after, expected);
+}

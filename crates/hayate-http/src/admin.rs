@@ -365,12 +365,9 @@ pub(crate) async fn subscriptions(
 
 /// Each bridge's state and counters.
 pub(crate) async fn bridges(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let bridges: Vec<Value> = state
-        .sources
-        .bridges
-        .iter()
-        .map(|(name, probe)| {
-            let f = probe();
+    let bridges: Vec<Value> = (state.sources.bridges)()
+        .into_iter()
+        .map(|(name, f)| {
             json!({
                 "name": name,
                 "connected": f.connected,

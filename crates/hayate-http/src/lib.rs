@@ -38,8 +38,9 @@ pub struct Sources {
     pub connections: Option<Probe<Vec<ListenerConnections>>>,
     /// The embedded store's figures, with a data directory.
     pub store: Option<Probe<StoreFigures>>,
-    /// Each bridge's name and figures.
-    pub bridges: Vec<(String, Probe<BridgeFigures>)>,
+    /// Each running bridge's name and figures, read at every request (bridges come and go
+    /// on reload).
+    pub bridges: Probe<Vec<(String, BridgeFigures)>>,
     /// In a cluster: makes this node leave the cluster for good and shut down.
     pub leave_cluster: Option<Arc<dyn Fn() + Send + Sync>>,
 }
@@ -48,7 +49,6 @@ impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sources")
             .field("store", &self.store.is_some())
-            .field("bridges", &self.bridges.len())
             .field("leave_cluster", &self.leave_cluster.is_some())
             .finish_non_exhaustive()
     }
@@ -61,7 +61,7 @@ impl Sources {
             broker,
             connections: None,
             store: None,
-            bridges: Vec::new(),
+            bridges: Arc::new(Vec::new),
             leave_cluster: None,
         }
     }

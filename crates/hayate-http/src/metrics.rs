@@ -414,11 +414,7 @@ impl BrokerCollector {
     }
 
     fn bridges(&self, out: &mut Families<'_, '_>) -> fmt::Result {
-        let bridges = &self.sources.bridges;
-        let figures: Vec<(&str, BridgeFigures)> = bridges
-            .iter()
-            .map(|(name, probe)| (name.as_str(), probe()))
-            .collect();
+        let figures = (self.sources.bridges)();
         let each = |value: fn(&BridgeFigures) -> u64| -> Vec<(Labels, u64)> {
             figures
                 .iter()

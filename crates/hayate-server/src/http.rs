@@ -14,7 +14,7 @@ pub(crate) async fn start(
     config: &hayate_http::HttpConfig,
     broker: &Arc<Broker>,
     store: Option<&Arc<hayate_storage::FjallStore>>,
-    bridges: &hayate_bridge::BridgeSet,
+    bridges: &Arc<hayate_bridge::BridgeSet>,
     connections: Probe<Vec<ListenerConnections>>,
     leave_cluster: Option<Arc<dyn Fn() + Send + Sync>>,
     shutdown: watch::Receiver<bool>,
@@ -43,28 +43,31 @@ pub(crate) async fn start(
             }
         }) as Probe<StoreFigures>
     });
-    // The bridges running at start (bridges added on SIGHUP are not listed until a restart).
-    sources.bridges = bridges
-        .counters()
-        .into_iter()
-        .map(|(name, stats)| {
-            let stats = stats.clone();
-            let probe: Probe<BridgeFigures> = Arc::new(move || {
-                let queue = stats.queue();
-                BridgeFigures {
-                    connected: stats.connected.load(Relaxed),
-                    connects: stats.connects.load(Relaxed),
-                    messages_out: stats.messages_out.load(Relaxed),
-                    messages_in: stats.messages_in.load(Relaxed),
-                    dropped: stats.dropped.load(Relaxed),
-                    queue_dropped: stats.queue_dropped.load(Relaxed),
-                    queued_messages: queue.messages,
-                    queued_bytes: queue.bytes,
-                }
-            });
-            (name, probe)
-        })
-        .collect();
+    // The bridges running now: the set is read at every request, so bridges added, changed
+    // or removed on SIGHUP are reflected.
+    let bridges = bridges.clone();
+    sources.bridges = Arc::new(move || {
+        bridges
+            .counters()
+            .into_iter()
+            .map(|(name, stats)| (name, figures(&stats)))
+            .collect()
+    });
     let server = hayate_http::serve(addr, access, sources, shutdown).await?;
     Ok(Some(server.local_addr))
+}
+
+/// One bridge's counters, for the HTTP edge.
+fn figures(stats: &hayate_bridge::BridgeStats) -> BridgeFigures {
+    let queue = stats.queue();
+    BridgeFigures {
+        connected: stats.connected.load(Relaxed),
+        connects: stats.connects.load(Relaxed),
+        messages_out: stats.messages_out.load(Relaxed),
+        messages_in: stats.messages_in.load(Relaxed),
+        dropped: stats.dropped.load(Relaxed),
+        queue_dropped: stats.queue_dropped.load(Relaxed),
+        queued_messages: queue.messages,
+        queued_bytes: queue.bytes,
+    }
 }

@@ -1,9 +1,11 @@
 //! `hayate serve -c mosquitto.conf` with bridge sections: the binary starts the bridges,
 //! messages cross them both ways, and SIGHUP adds, changes and removes bridges without
-//! touching the others. The remote brokers are an in-process Hayate and a real Mosquitto.
+//! touching the others, and the HTTP edge lists the bridges of the last reload. The remote
+//! brokers are an in-process Hayate and a real Mosquitto.
 
 use hayate_codec::{Packet, ProtocolVersion, QoS};
 use hayate_testkit::mosquitto::Mosquitto;
+use hayate_testkit::ops::{HayateProcess, HttpApi};
 use hayate_testkit::process::{wait_until_listening, KillOnDrop};
 use hayate_testkit::{free_port, RawClient, Received, TestBroker};
 use std::net::SocketAddr;
@@ -131,8 +133,12 @@ fn section(name: &str, port: u16, pattern: &str, prefix: &str) -> String {
 const TWO: &str = "$SYS/broker/connection/two-remote/state";
 
 fn sighup(broker: &KillOnDrop) {
+    sighup_pid(broker.id());
+}
+
+fn sighup_pid(pid: u32) {
     let status = Command::new("kill")
-        .args(["-HUP", &broker.id().to_string()])
+        .args(["-HUP", &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -245,4 +251,83 @@ async fn sighup_adds_changes_and_removes_bridges_without_touching_the_others() {
             Received::Closed => panic!("closed"),
         }
     }
+}
+
+/// The bridges the admin API lists (`GET /api/v1/bridges`): name and connected, in order.
+fn listed_bridges(api: &HttpApi) -> Vec<(String, bool)> {
+    let (status, body) = api.get_json("/api/v1/bridges");
+    assert_eq!(status, 200, "{body}");
+    body["bridges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap().to_string(),
+                b["connected"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the admin API lists `want` (name, connected); panics with what it lists after
+/// 20 s.
+fn wait_for_listed(api: &HttpApi, want: &[(&str, bool)]) {
+    let want: Vec<(String, bool)> = want.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = listed_bridges(api);
+        if listed == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the API lists {listed:?}, not {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The bridges in `/metrics` (`hayate_bridge_up{bridge="..."}`), sorted.
+fn bridges_in_metrics(api: &HttpApi) -> Vec<String> {
+    let (status, text) = api.get("/metrics");
+    assert_eq!(status, 200);
+    let mut names: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("hayate_bridge_up{bridge=\""))
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The HTTP edge follows SIGHUP: a bridge added appears in `GET /api/v1/bridges` and
+/// `/metrics`, a removed one disappears, the one left alone stays.
+#[test]
+fn the_admin_api_lists_the_bridges_after_each_reload() {
+    let mosquitto = Mosquitto::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("mosquitto.conf");
+    let one = section("one", mosquitto.port, "a/#", "one/");
+    let two = section("two", mosquitto.port, "b/#", "two/");
+    std::fs::write(&conf, &one).unwrap();
+    let broker = HayateProcess::start(
+        Path::new(HAYATE),
+        "bridge-token",
+        &["-c", conf.to_str().unwrap()],
+    );
+    let api = HttpApi::new(broker.http, Some("bridge-token"));
+    wait_for_listed(&api, &[("one", true)]);
+    assert_eq!(bridges_in_metrics(&api), ["one"]);
+
+    std::fs::write(&conf, format!("{one}{two}")).unwrap();
+    sighup_pid(broker.pid());
+    wait_for_listed(&api, &[("one", true), ("two", true)]);
+    assert_eq!(bridges_in_metrics(&api), ["one", "two"]);
+
+    std::fs::write(&conf, &two).unwrap();
+    sighup_pid(broker.pid());
+    wait_for_listed(&api, &[("two", true)]);
+    assert_eq!(bridges_in_metrics(&api), ["two"]);
 }
