@@ -21,7 +21,7 @@ mod node;
 mod relay;
 
 pub use config::{ClusterConfig, ClusterConfigError};
-pub use node::{attach, start, ClusterHandle, LeaveSwitch};
+pub use node::{attach, start, wait_settled, ClusterHandle, LeaveSwitch};
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 

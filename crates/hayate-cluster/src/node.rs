@@ -63,6 +63,16 @@ struct Peer {
 pub struct ClusterHandle {
     task: JoinHandle<()>,
     leave: LeaveSwitch,
+    settled: watch::Receiver<bool>,
+}
+
+/// Waits, at most `within`, until `settled` ([`ClusterHandle::settled_signal`]) turns true: a
+/// client that connects before then could start a new session here while its old one sits on
+/// a node this one cannot ask yet. False when `within` passed.
+pub async fn wait_settled(mut settled: watch::Receiver<bool>, within: Duration) -> bool {
+    tokio::time::timeout(within, settled.wait_for(|s| *s))
+        .await
+        .is_ok_and(|r| r.is_ok())
 }
 
 /// Turned on before the server shuts down, makes the node leave the cluster for good (the
@@ -82,6 +92,12 @@ impl LeaveSwitch {
 }
 
 impl ClusterHandle {
+    /// Turns true once the node knows the other live nodes and is linked both ways with each
+    /// ([`wait_settled`]).
+    pub fn settled_signal(&self) -> watch::Receiver<bool> {
+        self.settled.clone()
+    }
+
     /// The switch that makes this node leave for good when the server shuts down.
     pub fn leave_switch(&self) -> LeaveSwitch {
         self.leave.clone()
@@ -191,8 +207,13 @@ pub async fn start(
         last_status: String::new(),
     };
     let leave = LeaveSwitch::default();
-    let task = tokio::spawn(node.run(chitchat, shutdown, leave.clone()));
-    Ok(ClusterHandle { task, leave })
+    let (settled_tx, settled) = watch::channel(false);
+    let task = tokio::spawn(node.run(chitchat, shutdown, leave.clone(), settled_tx));
+    Ok(ClusterHandle {
+        task,
+        leave,
+        settled,
+    })
 }
 
 struct Node {
@@ -215,7 +236,10 @@ impl Node {
         chitchat: ChitchatHandle,
         mut shutdown: watch::Receiver<bool>,
         leave: LeaveSwitch,
+        settled: watch::Sender<bool>,
     ) {
+        // Gossip needs a few rounds to tell this node who else is live.
+        let learn_until = Instant::now() + self.gossip_interval * 3;
         let mut live = chitchat.chitchat().lock().await.live_nodes_watcher();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let (Some(mut events), Some(mut answers)) =
@@ -237,6 +261,10 @@ impl Node {
             self.ctx
                 .routes
                 .set_nodes(self.peers.keys().cloned().collect());
+            if !*settled.borrow() && Instant::now() >= learn_until && self.linked_both_ways() {
+                tracing::info!(nodes = self.peers.len(), "cluster_settled");
+                let _ = settled.send(true);
+            }
             self.expire_pending();
             self.expire_relays();
             self.publish_status();
@@ -380,6 +408,23 @@ impl Node {
         if left > 0 {
             tracing::warn!(sessions = left, "cluster_relays_cut_by_shutdown");
         }
+    }
+
+    /// Every live node that has not announced it is stopping has its link from here up and
+    /// its link to here attached (its peer session here is online).
+    fn linked_both_ways(&self) -> bool {
+        self.peers
+            .iter()
+            .filter(|(_, peer)| peer.dead_since.is_none() && !peer.stopping)
+            .all(|(name, peer)| {
+                peer.stats.link_up.load(Ordering::Relaxed)
+                    && self
+                        .ctx
+                        .broker
+                        .registry
+                        .get(&format!("{PEER_CLIENT_PREFIX}{name}"))
+                        .is_some_and(|cell| cell.state.lock().owner != 0)
+            })
     }
 
     /// Sessions handed over that relayed long enough.

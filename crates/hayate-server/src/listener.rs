@@ -24,6 +24,9 @@ use tokio::task::JoinSet;
 
 /// How often delayed wills, session expiry and retained-message expiry are checked.
 const TIMER_TICK: Duration = Duration::from_millis(250);
+/// How long a cluster node waits at most at start to know and link with the other nodes
+/// before it lets clients in.
+const CLUSTER_SETTLE: Duration = Duration::from_secs(5);
 /// After an accept error (e.g. out of file descriptors), wait this long before accepting again
 /// instead of spinning; log at most once per this interval.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -79,6 +82,7 @@ impl Server {
             None => None,
         };
         let mut leave_cluster: Option<Arc<dyn Fn() + Send + Sync>> = None;
+        let mut cluster_settled = None;
         if let (Some(cluster), Some(routes)) = (&config.cluster, cluster_routes) {
             let handle = hayate_cluster::start(
                 broker.clone(),
@@ -89,6 +93,7 @@ impl Server {
             )
             .await
             .map_err(io::Error::other)?;
+            cluster_settled = Some(handle.settled_signal());
             // `hayate cluster leave` (the admin API): leave for good, then shut down.
             let switch = handle.leave_switch();
             let trigger = shutdown.clone();
@@ -104,7 +109,24 @@ impl Server {
             shutdown_rx.clone(),
         ));
         let mut local_addrs = Vec::new();
-        for listener_config in wanted_listeners(&config) {
+        let (cluster_listeners, client_listeners): (Vec<_>, Vec<_>) = wanted_listeners(&config)
+            .into_iter()
+            .partition(|l| l.role == hayate_core::ListenerRole::Cluster);
+        for listener_config in cluster_listeners {
+            local_addrs.push(listeners.add(listener_config, &config)?);
+        }
+        // Clients are let in once this node knows the other nodes and is linked with them
+        // both ways, so that a resumed session's claim reaches every node that may hold it (at
+        // most `CLUSTER_SETTLE`; a node whose peers are away starts listening then anyway).
+        if let Some(settled) = cluster_settled {
+            if !hayate_cluster::wait_settled(settled, CLUSTER_SETTLE).await {
+                tracing::warn!(
+                    waited_secs = CLUSTER_SETTLE.as_secs(),
+                    "cluster_not_settled_listening_anyway"
+                );
+            }
+        }
+        for listener_config in client_listeners {
             local_addrs.push(listeners.add(listener_config, &config)?);
         }
         warn_if_fd_limit_low(config.server.max_connections);
