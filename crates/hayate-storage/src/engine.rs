@@ -2,6 +2,7 @@
 //! one drained run of [`StoreOp`]s into one write batch. Owned by the store thread.
 
 mod counts;
+mod recent;
 
 pub(crate) use counts::QueueMeta;
 
@@ -9,8 +10,9 @@ use crate::record::{self, Unreadable};
 use counts::{Counts, PendingCounts};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use hayate_core::store::{
-    PageEntry, QueueEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
+    PageEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
 };
+use recent::Recent;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -139,6 +141,8 @@ pub(crate) struct Engine {
     /// How many entries refer to each message (a message whose count reaches zero is removed
     /// in the same batch), each session's queue length, the number of bodies.
     counts: Counts,
+    /// The message ids of entries written lately (`recent.rs`).
+    recent: Recent,
 }
 
 impl Engine {
@@ -165,6 +169,7 @@ impl Engine {
                 keyspace("qmeta")?,
                 keyspace("meta")?,
             ),
+            recent: Recent::default(),
             db: db.clone(),
         })
     }
@@ -271,8 +276,7 @@ impl Engine {
             let (client_id, seq) = record::read_seq_key(&key)?;
             let entry = record::read_queue_entry(seq, &value)?;
             *refs.entry(entry.message_id).or_default() += 1;
-            self.counts
-                .queued_entry(&mut pending.counts, &client_id, seq)?;
+            self.counts.queued_entry(&client_id, seq)?;
         }
         let mut orphans = 0usize;
         for item in self.msg.iter() {
@@ -424,15 +428,15 @@ impl Engine {
                         .insert(record::message_key(entry.message_id), Some(value));
                 }
                 self.counts.add_ref(&mut pending.counts, entry.message_id)?;
-                self.counts
-                    .queued_entry(&mut pending.counts, client_id, entry.seq)?;
+                self.counts.queued_entry(client_id, entry.seq)?;
                 pending
                     .queue
                     .insert(key, Some(record::queue_entry_value(entry)));
+                self.recent.insert(client_id, entry.seq, entry.message_id);
             }
             StoreOp::Release { client_id, seq } => {
                 let key = seq_key(client_id, *seq)?;
-                self.remove_entry(pending, &key)?;
+                self.remove_entry(pending, client_id, *seq, &key)?;
                 pending.rel.insert(key, Some(record::marker_value()));
             }
             StoreOp::Dequeue {
@@ -444,7 +448,7 @@ impl Engine {
                 if *released {
                     pending.rel.insert(key, None);
                 } else {
-                    self.remove_entry(pending, &key)?;
+                    self.remove_entry(pending, client_id, *seq, &key)?;
                 }
             }
             StoreOp::PutTotals { totals } => {
@@ -466,27 +470,37 @@ impl Engine {
         Ok(())
     }
 
-    /// Removes queue entry `key` (pending or committed) and drops its message's reference.
-    fn remove_entry(&mut self, pending: &mut Pending, key: &[u8]) -> Result<(), OpError> {
-        let value = match pending.queue.get(key) {
-            Some(value) => value.clone(),
-            None => self.queue.get(key)?.map(|value| value.to_vec()),
-        };
-        if let Some(value) = value {
-            let (client_id, seq) =
-                record::read_seq_key(key).map_err(|Unreadable(what)| OpError::Key(what))?;
-            let entry: QueueEntry = record::read_queue_entry(seq, &value)
-                .map_err(|Unreadable(what)| OpError::Key(what))?;
-            if self
-                .counts
-                .drop_ref(&mut pending.counts, entry.message_id)?
-            {
-                pending
-                    .msg
-                    .insert(record::message_key(entry.message_id), None);
+    /// Removes queue entry `seq` of `client_id` (`key`; pending or committed) and drops its
+    /// message's reference.
+    fn remove_entry(
+        &mut self,
+        pending: &mut Pending,
+        client_id: &str,
+        seq: u64,
+        key: &[u8],
+    ) -> Result<(), OpError> {
+        let message_id = match self.recent.take(client_id, seq) {
+            Some(message_id) => Some(message_id),
+            None => {
+                let value = match pending.queue.get(key) {
+                    Some(value) => value.clone(),
+                    None => self.queue.get(key)?.map(|value| value.to_vec()),
+                };
+                match value {
+                    Some(value) => Some(
+                        record::read_queue_entry(seq, &value)
+                            .map_err(|Unreadable(what)| OpError::Key(what))?
+                            .message_id,
+                    ),
+                    None => None,
+                }
             }
-            self.counts
-                .removed_entry(&mut pending.counts, &client_id, seq)?;
+        };
+        if let Some(message_id) = message_id {
+            if self.counts.drop_ref(&mut pending.counts, message_id)? {
+                pending.msg.insert(record::message_key(message_id), None);
+            }
+            self.counts.removed_entry(client_id, seq)?;
         }
         pending.queue.insert(key.to_vec(), None);
         Ok(())
@@ -519,9 +533,12 @@ impl Engine {
                 .filter(|(_, value)| value.is_some())
                 .map(|(key, _)| key.clone()),
         );
-        for entry in entries {
-            self.remove_entry(pending, &entry)?;
+        for key in entries {
+            let (_, seq) =
+                record::read_seq_key(&key).map_err(|Unreadable(what)| OpError::Key(what))?;
+            self.remove_entry(pending, client_id, seq, &key)?;
         }
+        self.recent.forget_client(client_id);
         for changes in [&mut pending.subs, &mut pending.rel, &mut pending.inq2] {
             for (_, value) in changes
                 .range_mut(prefix.clone()..)
@@ -534,9 +551,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Adds to `pending` the counts its ops changed that are written once per batch (also
+    /// done by [`Engine::commit`]; call it first to see the batch's full size).
+    pub(crate) fn finish(&mut self, pending: &mut Pending) {
+        self.counts.finish(&mut pending.counts);
+    }
+
     /// Writes `pending` as one fjall batch and commits it (written to the OS: survives a
     /// kill -9 of the process, not a power loss).
-    pub(crate) fn commit(&mut self, pending: Pending) -> fjall::Result<()> {
+    pub(crate) fn commit(&mut self, mut pending: Pending) -> fjall::Result<()> {
+        self.finish(&mut pending);
         let mut batch = self.db.batch();
         let [msgref, qmeta, meta] = self.counts.keyspaces();
         for (keyspace, entries) in [

@@ -148,6 +148,7 @@ impl Writer {
                 "store_op_refused: key empty or longer than 65535 bytes"
             );
         }
+        engine.finish(&mut pending);
         if !pending.is_empty() {
             // Refused here, the batch joins the backlog; the counts it changed in the engine's
             // cache are dropped with the engine before the backlog is written (`retry`).

@@ -3,7 +3,7 @@
 
 use super::*;
 use bytes::Bytes;
-use hayate_core::store::{MessageBody, SessionRecord};
+use hayate_core::store::{MessageBody, QueueEntry, SessionRecord};
 use hayate_core::Message;
 use std::sync::Arc;
 
