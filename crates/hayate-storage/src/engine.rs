@@ -91,7 +91,8 @@ pub(crate) struct Pending {
     queue: Changes,
     rel: Changes,
     inq2: Changes,
-    msg: Changes,
+    /// Message bodies, by id.
+    msg: BTreeMap<u64, Option<Vec<u8>>>,
     counts: PendingCounts,
 }
 
@@ -105,7 +106,6 @@ impl Pending {
             &self.queue,
             &self.rel,
             &self.inq2,
-            &self.msg,
             &self.counts.msgref,
             &self.counts.qmeta,
             &self.counts.meta,
@@ -113,6 +113,11 @@ impl Pending {
         .iter()
         .flat_map(|changes| changes.iter())
         .map(|(key, value)| (key.len() + value.as_ref().map_or(0, Vec::len)) as u64)
+        .chain(
+            self.msg
+                .values()
+                .map(|value| 8 + value.as_ref().map_or(0, Vec::len) as u64),
+        )
         .sum()
     }
 
@@ -281,16 +286,17 @@ impl Engine {
         let mut orphans = 0usize;
         for item in self.msg.iter() {
             let key = item.key()?;
-            if !refs.contains_key(&record::read_message_key(&key)?) {
-                pending.msg.insert(key.to_vec(), None);
+            let id = record::read_message_key(&key)?;
+            if !refs.contains_key(&id) {
+                pending.msg.insert(id, None);
                 orphans += 1;
             }
         }
         for (id, count) in refs.iter().filter(|(_, count)| **count > 1) {
-            pending
-                .counts
-                .msgref
-                .insert(record::message_key(*id), Some(record::count_value(*count)));
+            pending.counts.msgref.insert(
+                record::message_key(*id).to_vec(),
+                Some(record::count_value(*count)),
+            );
         }
         pending.counts.meta.insert(
             counts::BODIES_KEY.to_vec(),
@@ -421,11 +427,8 @@ impl Engine {
             } => {
                 let key = seq_key(client_id, entry.seq)?;
                 if !self.counts.is_referenced(entry.message_id)? {
-                    let publish = body.encode().ok_or(OpError::Key("message"))?;
-                    let value = record::retained_value(body.expires_at_ms, &publish);
-                    pending
-                        .msg
-                        .insert(record::message_key(entry.message_id), Some(value));
+                    let value = record::message_value(body).ok_or(OpError::Key("message"))?;
+                    pending.msg.insert(entry.message_id, Some(value));
                 }
                 self.counts.add_ref(&mut pending.counts, entry.message_id)?;
                 self.counts.queued_entry(client_id, entry.seq)?;
@@ -436,7 +439,7 @@ impl Engine {
             }
             StoreOp::Release { client_id, seq } => {
                 let key = seq_key(client_id, *seq)?;
-                self.remove_entry(pending, client_id, *seq, &key)?;
+                self.remove_entry(pending, client_id, *seq, key.clone())?;
                 pending.rel.insert(key, Some(record::marker_value()));
             }
             StoreOp::Dequeue {
@@ -448,7 +451,7 @@ impl Engine {
                 if *released {
                     pending.rel.insert(key, None);
                 } else {
-                    self.remove_entry(pending, client_id, *seq, &key)?;
+                    self.remove_entry(pending, client_id, *seq, key)?;
                 }
             }
             StoreOp::PutTotals { totals } => {
@@ -477,14 +480,14 @@ impl Engine {
         pending: &mut Pending,
         client_id: &str,
         seq: u64,
-        key: &[u8],
+        key: Vec<u8>,
     ) -> Result<(), OpError> {
         let message_id = match self.recent.take(client_id, seq) {
             Some(message_id) => Some(message_id),
             None => {
-                let value = match pending.queue.get(key) {
+                let value = match pending.queue.get(&key) {
                     Some(value) => value.clone(),
-                    None => self.queue.get(key)?.map(|value| value.to_vec()),
+                    None => self.queue.get(&key)?.map(|value| value.to_vec()),
                 };
                 match value {
                     Some(value) => Some(
@@ -498,11 +501,11 @@ impl Engine {
         };
         if let Some(message_id) = message_id {
             if self.counts.drop_ref(&mut pending.counts, message_id)? {
-                pending.msg.insert(record::message_key(message_id), None);
+                pending.msg.insert(message_id, None);
             }
             self.counts.removed_entry(client_id, seq)?;
         }
-        pending.queue.insert(key.to_vec(), None);
+        pending.queue.insert(key, None);
         Ok(())
     }
 
@@ -536,7 +539,7 @@ impl Engine {
         for key in entries {
             let (_, seq) =
                 record::read_seq_key(&key).map_err(|Unreadable(what)| OpError::Key(what))?;
-            self.remove_entry(pending, client_id, seq, &key)?;
+            self.remove_entry(pending, client_id, seq, key)?;
         }
         self.recent.forget_client(client_id);
         for changes in [&mut pending.subs, &mut pending.rel, &mut pending.inq2] {
@@ -567,7 +570,6 @@ impl Engine {
             (&self.retained, pending.retained),
             (&self.sessions, pending.sessions),
             (&self.subs, pending.subs),
-            (&self.msg, pending.msg),
             (&self.queue, pending.queue),
             (&self.rel, pending.rel),
             (&self.inq2, pending.inq2),
@@ -580,6 +582,13 @@ impl Engine {
                     Some(value) => batch.insert(keyspace, key, value),
                     None => batch.remove(keyspace, key),
                 }
+            }
+        }
+        for (id, value) in pending.msg {
+            let key = record::message_key(id);
+            match value {
+                Some(value) => batch.insert(&self.msg, key, value),
+                None => batch.remove(&self.msg, key),
             }
         }
         batch.commit()?;

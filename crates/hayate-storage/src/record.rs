@@ -16,8 +16,8 @@
 //! | `meta` | `bodies`, `layout` or `total/NAME` | version, then bodies in `msg` (u64), the layout of these keyspaces (u64; 2), or the broker's lifetime counter NAME (u64) |
 
 use crate::engine::QueueMeta;
-use bytes::Bytes;
-use hayate_core::store::{QueueEntry, SessionRecord, StoredWill, SubscriptionData};
+use bytes::{BufMut, Bytes, BytesMut};
+use hayate_core::store::{MessageBody, QueueEntry, SessionRecord, StoredWill, SubscriptionData};
 
 /// The format version written in front of every value.
 const FORMAT: u8 = 1;
@@ -86,6 +86,22 @@ pub(crate) fn retained_value(expires_at_ms: Option<u64>, publish: &[u8]) -> Vec<
     });
     out.extend_from_slice(publish);
     out
+}
+
+/// The value of a queued message's body: as [`retained_value`], with the PUBLISH encoded in
+/// place; `None` if the message cannot be encoded.
+pub(crate) fn message_value(body: &MessageBody) -> Option<Vec<u8>> {
+    let mut out =
+        BytesMut::with_capacity(10 + body.message.topic.len() + body.message.payload.len() + 16);
+    out.put_u8(FORMAT);
+    match body.expires_at_ms {
+        None => out.put_u8(0),
+        Some(at) => {
+            out.put_u8(1);
+            out.put_u64(at);
+        }
+    }
+    body.encode_into(&mut out).then(|| Vec::from(out))
 }
 
 /// Expiry and PUBLISH bytes of a retained message's value.
@@ -243,8 +259,8 @@ pub(crate) fn packet_id_key(client_id: &str, packet_id: u16) -> Option<Vec<u8>> 
 }
 
 /// The key of stored message `id`.
-pub(crate) fn message_key(id: u64) -> Vec<u8> {
-    id.to_be_bytes().to_vec()
+pub(crate) fn message_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
 }
 
 /// The value of a key whose presence is the record (`rel`, `inq2`).
@@ -439,6 +455,41 @@ mod tests {
             read_retained(&value),
             Ok((Some(7), Bytes::from_static(b"\x31\x05\x00\x01ab")))
         );
+    }
+
+    /// A queued message's body is encoded in place, with the very bytes a retained value of
+    /// the encoded PUBLISH has (what `read_page` reads back).
+    #[test]
+    fn a_message_value_is_the_encoded_publish_behind_the_prefix() {
+        for (qos, expiry) in [
+            (hayate_codec::QoS::AtLeastOnce, None),
+            (hayate_codec::QoS::ExactlyOnce, Some(1_800_000_000_123)),
+            (hayate_codec::QoS::AtMostOnce, Some(7)),
+        ] {
+            let properties = hayate_codec::Properties {
+                content_type: Some("text/plain".into()),
+                correlation_data: Some(Bytes::from_static(b"c-1")),
+                message_expiry_interval: Some(60),
+                ..Default::default()
+            };
+            let message = hayate_core::Message::new(
+                "plant/7/temp".into(),
+                Bytes::from_static(b"21.5"),
+                qos,
+                true,
+                properties,
+                None,
+                Some(1),
+            );
+            let body = MessageBody {
+                expires_at_ms: expiry,
+                message: std::sync::Arc::new(message),
+            };
+            let value = message_value(&body).expect("encodable");
+            let publish = body.encode().expect("encodable");
+            assert_eq!(value, retained_value(expiry, &publish));
+            assert_eq!(read_retained(&value), Ok((expiry, publish)));
+        }
     }
 
     #[test]

@@ -224,7 +224,7 @@ impl Counts {
             let value = (count > 1).then(|| record::count_value(u64::from(count)));
             pending
                 .msgref
-                .insert(record::message_key(message_id), value);
+                .insert(record::message_key(message_id).to_vec(), value);
         }
     }
 
