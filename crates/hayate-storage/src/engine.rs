@@ -13,7 +13,7 @@ use hayate_core::store::{
     PageEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
 };
 use recent::Recent;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 #[derive(Debug)]
@@ -93,6 +93,15 @@ pub(crate) struct Pending {
     inq2: Changes,
     /// Message bodies, by id.
     msg: BTreeMap<u64, Option<Vec<u8>>>,
+    /// Keys of `queue` and ids of `msg` first written by this batch, so not in the store: if
+    /// the batch removes them again (a subscriber's PUBACK that came before the drain), the
+    /// two cancel and nothing is written for them, not even a removal. A queue key is new
+    /// when this batch had not touched it before its `Enqueue`: the core never queues a seq
+    /// a session has stored (its seqs increase, and a deleted session's keys are removed
+    /// before, or earlier in the same batch, which touches them). A body is new when no
+    /// entry referred to it and this batch had not touched it.
+    new_queue: HashSet<Vec<u8>>,
+    new_msg: HashSet<u64>,
     counts: PendingCounts,
 }
 
@@ -428,10 +437,15 @@ impl Engine {
                 let key = seq_key(client_id, entry.seq)?;
                 if !self.counts.is_referenced(entry.message_id)? {
                     let value = record::message_value(body).ok_or(OpError::Key("message"))?;
-                    pending.msg.insert(entry.message_id, Some(value));
+                    if pending.msg.insert(entry.message_id, Some(value)).is_none() {
+                        pending.new_msg.insert(entry.message_id);
+                    }
                 }
                 self.counts.add_ref(&mut pending.counts, entry.message_id)?;
                 self.counts.queued_entry(client_id, entry.seq)?;
+                if !pending.queue.contains_key(&key) {
+                    pending.new_queue.insert(key.clone());
+                }
                 pending
                     .queue
                     .insert(key, Some(record::queue_entry_value(entry)));
@@ -501,11 +515,19 @@ impl Engine {
         };
         if let Some(message_id) = message_id {
             if self.counts.drop_ref(&mut pending.counts, message_id)? {
-                pending.msg.insert(message_id, None);
+                if pending.new_msg.remove(&message_id) {
+                    pending.msg.remove(&message_id);
+                } else {
+                    pending.msg.insert(message_id, None);
+                }
             }
             self.counts.removed_entry(client_id, seq)?;
         }
-        pending.queue.insert(key, None);
+        if pending.new_queue.remove(&key) {
+            pending.queue.remove(&key);
+        } else {
+            pending.queue.insert(key, None);
+        }
         Ok(())
     }
 
