@@ -13,7 +13,7 @@ use hayate_core::store::{
     PageEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
 };
 use recent::Recent;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 #[derive(Debug)]
@@ -88,21 +88,48 @@ pub(crate) struct Pending {
     retained: Changes,
     sessions: Changes,
     subs: Changes,
-    queue: Changes,
+    queue: BTreeMap<Vec<u8>, Change>,
     rel: Changes,
     inq2: Changes,
     /// Message bodies, by id.
-    msg: BTreeMap<u64, Option<Vec<u8>>>,
-    /// Keys of `queue` and ids of `msg` first written by this batch, so not in the store: if
-    /// the batch removes them again (a subscriber's PUBACK that came before the drain), the
-    /// two cancel and nothing is written for them, not even a removal. A queue key is new
-    /// when this batch had not touched it before its `Enqueue`: the core never queues a seq
-    /// a session has stored (its seqs increase, and a deleted session's keys are removed
-    /// before, or earlier in the same batch, which touches them). A body is new when no
-    /// entry referred to it and this batch had not touched it.
-    new_queue: HashSet<Vec<u8>>,
-    new_msg: HashSet<u64>,
+    msg: BTreeMap<u64, Change>,
     counts: PendingCounts,
+}
+
+/// The last value a batch gives a key of `queue` or `msg` (`None`: removed), and whether the
+/// key is new to the store in this batch. A new key that the batch removes again (an entry
+/// whose PUBACK came before the drain, and its body) is dropped from the batch: nothing is
+/// written for it, not even a removal. A queue key is new when the batch had not touched it
+/// before its `Enqueue`: the core never queues a seq a session has stored (its seqs increase,
+/// and a deleted session's keys are removed before, or earlier in the same batch, which
+/// touches them). A body is new when no entry referred to it and the batch had not touched
+/// it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Change {
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) new: bool,
+}
+
+impl Change {
+    fn removal() -> Change {
+        Change {
+            value: None,
+            new: false,
+        }
+    }
+}
+
+/// Records the removal of `key` in `changes`, or drops the key if the batch made it.
+fn remove_change<K: Ord>(changes: &mut BTreeMap<K, Change>, key: K) {
+    match changes.get_mut(&key) {
+        Some(change) if change.new => {
+            changes.remove(&key);
+        }
+        Some(change) => change.value = None,
+        None => {
+            changes.insert(key, Change::removal());
+        }
+    }
 }
 
 impl Pending {
@@ -112,7 +139,6 @@ impl Pending {
             &self.retained,
             &self.sessions,
             &self.subs,
-            &self.queue,
             &self.rel,
             &self.inq2,
             &self.counts.msgref,
@@ -123,9 +149,14 @@ impl Pending {
         .flat_map(|changes| changes.iter())
         .map(|(key, value)| (key.len() + value.as_ref().map_or(0, Vec::len)) as u64)
         .chain(
+            self.queue.iter().map(|(key, change)| {
+                (key.len() + change.value.as_ref().map_or(0, Vec::len)) as u64
+            }),
+        )
+        .chain(
             self.msg
                 .values()
-                .map(|value| 8 + value.as_ref().map_or(0, Vec::len) as u64),
+                .map(|change| 8 + change.value.as_ref().map_or(0, Vec::len) as u64),
         )
         .sum()
     }
@@ -297,7 +328,7 @@ impl Engine {
             let key = item.key()?;
             let id = record::read_message_key(&key)?;
             if !refs.contains_key(&id) {
-                pending.msg.insert(id, None);
+                pending.msg.insert(id, Change::removal());
                 orphans += 1;
             }
         }
@@ -437,18 +468,15 @@ impl Engine {
                 let key = seq_key(client_id, entry.seq)?;
                 if !self.counts.is_referenced(entry.message_id)? {
                     let value = record::message_value(body).ok_or(OpError::Key("message"))?;
-                    if pending.msg.insert(entry.message_id, Some(value)).is_none() {
-                        pending.new_msg.insert(entry.message_id);
-                    }
+                    let new = !pending.msg.contains_key(&entry.message_id);
+                    let value = Some(value);
+                    pending.msg.insert(entry.message_id, Change { value, new });
                 }
                 self.counts.add_ref(&mut pending.counts, entry.message_id)?;
                 self.counts.queued_entry(client_id, entry.seq)?;
-                if !pending.queue.contains_key(&key) {
-                    pending.new_queue.insert(key.clone());
-                }
-                pending
-                    .queue
-                    .insert(key, Some(record::queue_entry_value(entry)));
+                let new = !pending.queue.contains_key(&key);
+                let value = Some(record::queue_entry_value(entry));
+                pending.queue.insert(key, Change { value, new });
                 self.recent.insert(client_id, entry.seq, entry.message_id);
             }
             StoreOp::Release { client_id, seq } => {
@@ -500,7 +528,7 @@ impl Engine {
             Some(message_id) => Some(message_id),
             None => {
                 let value = match pending.queue.get(&key) {
-                    Some(value) => value.clone(),
+                    Some(change) => change.value.clone(),
                     None => self.queue.get(&key)?.map(|value| value.to_vec()),
                 };
                 match value {
@@ -515,19 +543,11 @@ impl Engine {
         };
         if let Some(message_id) = message_id {
             if self.counts.drop_ref(&mut pending.counts, message_id)? {
-                if pending.new_msg.remove(&message_id) {
-                    pending.msg.remove(&message_id);
-                } else {
-                    pending.msg.insert(message_id, None);
-                }
+                remove_change(&mut pending.msg, message_id);
             }
             self.counts.removed_entry(client_id, seq)?;
         }
-        if pending.new_queue.remove(&key) {
-            pending.queue.remove(&key);
-        } else {
-            pending.queue.insert(key, None);
-        }
+        remove_change(&mut pending.queue, key);
         Ok(())
     }
 
@@ -555,7 +575,7 @@ impl Engine {
                 .queue
                 .range(prefix.clone()..)
                 .take_while(|(key, _)| key.starts_with(&prefix))
-                .filter(|(_, value)| value.is_some())
+                .filter(|(_, change)| change.value.is_some())
                 .map(|(key, _)| key.clone()),
         );
         for key in entries {
@@ -592,7 +612,6 @@ impl Engine {
             (&self.retained, pending.retained),
             (&self.sessions, pending.sessions),
             (&self.subs, pending.subs),
-            (&self.queue, pending.queue),
             (&self.rel, pending.rel),
             (&self.inq2, pending.inq2),
             (msgref, pending.counts.msgref),
@@ -606,9 +625,15 @@ impl Engine {
                 }
             }
         }
-        for (id, value) in pending.msg {
+        for (key, change) in pending.queue {
+            match change.value {
+                Some(value) => batch.insert(&self.queue, key, value),
+                None => batch.remove(&self.queue, key),
+            }
+        }
+        for (id, change) in pending.msg {
             let key = record::message_key(id);
-            match value {
+            match change.value {
                 Some(value) => batch.insert(&self.msg, key, value),
                 None => batch.remove(&self.msg, key),
             }

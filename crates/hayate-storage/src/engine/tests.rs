@@ -193,9 +193,9 @@ fn an_entry_queued_and_removed_in_one_batch_writes_nothing() {
         vec![key(1)],
         "only the stored entry's removal"
     );
-    assert_eq!(pending.queue[&key(1)], None);
+    assert_eq!(pending.queue[&key(1)], Change::removal());
     assert_eq!(pending.msg.keys().copied().collect::<Vec<_>>(), vec![1]);
-    assert_eq!(pending.msg[&1], None);
+    assert_eq!(pending.msg[&1], Change::removal());
     engine.commit(pending).expect("commit");
     assert_eq!((engine.queued(), engine.bodies()), (0, 0));
 
@@ -215,10 +215,14 @@ fn an_entry_queued_and_removed_in_one_batch_writes_nothing() {
     }
     assert_eq!(
         pending.queue.get(&key(1)),
-        Some(&None),
+        Some(&Change::removal()),
         "removed, not skipped"
     );
-    assert_eq!(pending.msg.get(&3), Some(&None), "the stored body removed");
+    assert_eq!(
+        pending.msg.get(&3),
+        Some(&Change::removal()),
+        "the stored body removed"
+    );
     assert_eq!(pending.msg.get(&4), None, "the new body never written");
     engine.commit(pending).expect("commit");
     assert_eq!((engine.queued(), engine.bodies()), (0, 0));
