@@ -13,8 +13,9 @@
 //! goes above one or comes back from there (a count of one or zero is its absence, so most
 //! bodies never have one, and never get a removal either); the number of bodies and each
 //! session's summary are written once per batch, with their final value ([`Counts::finish`]).
-//! Message ids are handed out in increasing order, so an id at or above [`Counts`]' `fresh_from`
-//! that the cache does not hold was never stored: its count is zero without a read.
+//! An id at or above `fresh_from` that the cache does not hold has a count of zero, known
+//! without a read; message ids are handed out in increasing order, so a new message's id is
+//! there.
 
 use super::{Changes, OpError};
 use crate::record::{self, Unreadable};
@@ -70,9 +71,10 @@ pub(super) struct Counts {
     /// Counts of bodies touched since the cache was last emptied. A zero count is dropped
     /// from it when the id is at or above `fresh_from`.
     refs: HashMap<u64, u32>,
-    /// Every id at or above this one is either in `refs` or has never been stored (no body,
-    /// no count): ids are handed out in increasing order, and `refs` has held every id
-    /// touched since this was set.
+    /// An id at or above this one that `refs` does not hold has a count of zero: when it was
+    /// set no body at or above it was stored (the highest stored id + 1 at open, the highest
+    /// id touched + 1 when `refs` was emptied), and since then `refs` has held every id
+    /// touched whose count is above zero.
     fresh_from: u64,
     /// The highest id touched since the cache was last emptied.
     max_touched: u64,
