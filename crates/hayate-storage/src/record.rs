@@ -196,8 +196,14 @@ pub(crate) fn read_session(key: &[u8], value: &[u8]) -> Result<SessionRecord, Un
 /// that no client's prefix is a prefix of another's. `None` for an id over 65,535 bytes
 /// (MQTT strings cannot be longer, §1.5.4).
 pub(crate) fn subscription_prefix(client_id: &str) -> Option<Vec<u8>> {
+    client_key(client_id, 0)
+}
+
+/// [`subscription_prefix`] in a buffer with room for `suffix` more bytes (one allocation for
+/// the whole key).
+fn client_key(client_id: &str, suffix: usize) -> Option<Vec<u8>> {
     let len = u16::try_from(client_id.len()).ok()?;
-    let mut key = Vec::with_capacity(2 + client_id.len());
+    let mut key = Vec::with_capacity(2 + client_id.len() + suffix);
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(client_id.as_bytes());
     Some(key)
@@ -205,7 +211,7 @@ pub(crate) fn subscription_prefix(client_id: &str) -> Option<Vec<u8>> {
 
 /// The key of one subscription (`None` as for [`subscription_prefix`]).
 pub(crate) fn subscription_key(client_id: &str, filter: &str) -> Option<Vec<u8>> {
-    let mut key = subscription_prefix(client_id)?;
+    let mut key = client_key(client_id, filter.len())?;
     key.extend_from_slice(filter.as_bytes());
     Some(key)
 }
@@ -246,14 +252,14 @@ pub(crate) fn read_subscription(
 
 /// The key of queue entry (or released entry) `seq` of `client_id`.
 pub(crate) fn seq_key(client_id: &str, seq: u64) -> Option<Vec<u8>> {
-    let mut key = subscription_prefix(client_id)?;
+    let mut key = client_key(client_id, 8)?;
     key.extend_from_slice(&seq.to_be_bytes());
     Some(key)
 }
 
 /// The key of inbound QoS 2 id `packet_id` of `client_id`.
 pub(crate) fn packet_id_key(client_id: &str, packet_id: u16) -> Option<Vec<u8>> {
-    let mut key = subscription_prefix(client_id)?;
+    let mut key = client_key(client_id, 2)?;
     key.extend_from_slice(&packet_id.to_be_bytes());
     Some(key)
 }
