@@ -31,7 +31,7 @@ use crate::store::{
     StoredQueue, StoredWill, SubscriptionData, Ticket,
 };
 use bytes::{Bytes, BytesMut};
-use hayate_codec::{Packet, ProtocolVersion, Publish, QoS, SubscriptionOptions, Will};
+use hayate_codec::{Packet, ProtocolVersion, QoS, SubscriptionOptions, Will};
 use hayate_session::{Delivery, JournalEvent, Message};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -647,18 +647,30 @@ fn restore_queue(state: &mut SessionState, queue: StoredQueue, report: &mut Rest
 /// A message as an MQTT 5 PUBLISH (the stored form of message bodies and retained
 /// messages); `None` if it cannot be encoded.
 pub(crate) fn encode_message(message: &Message) -> Option<Bytes> {
-    let publish = Publish {
-        dup: false,
-        qos: message.qos,
-        retain: message.retain,
-        topic: message.topic.clone(),
-        packet_id: (message.qos != QoS::AtMostOnce).then_some(hayate_codec::PacketId::MIN),
-        properties: message.properties.clone(),
-        payload: message.payload.clone(),
-    };
     let mut buf = BytesMut::new();
-    hayate_codec::encode(&Packet::Publish(publish), ProtocolVersion::V5, &mut buf).ok()?;
+    encode_message_into(message, &mut buf)?;
     Some(buf.freeze())
+}
+
+/// Appends `message` as an MQTT 5 PUBLISH packet (the stored form, as [`encode_message`]
+/// makes it) to `buf`; `None`, with nothing appended, if it cannot be encoded.
+pub(crate) fn encode_message_into(message: &Message, buf: &mut BytesMut) -> Option<()> {
+    let packet_id = (message.qos != QoS::AtMostOnce).then_some(hayate_codec::PacketId::MIN);
+    buf.reserve(message.topic.len() + message.payload.len() + 16);
+    hayate_codec::encode_publish_header(
+        ProtocolVersion::V5,
+        false,
+        message.qos,
+        message.retain,
+        message.topic.as_bytes(),
+        packet_id,
+        &message.properties,
+        message.payload.len(),
+        buf,
+    )
+    .ok()?;
+    buf.extend_from_slice(&message.payload);
+    Some(())
 }
 
 /// The store op for a retained message being stored (or removed, empty payload), or `None`

@@ -135,6 +135,13 @@ impl MessageBody {
     pub fn encode(&self) -> Option<Bytes> {
         crate::persist::encode_message(&self.message)
     }
+
+    /// Appends the same bytes as [`MessageBody::encode`] to `buf` (the store writes them
+    /// behind a prefix of its own, without a copy); false, with nothing appended, if the
+    /// message cannot be encoded.
+    pub fn encode_into(&self, buf: &mut bytes::BytesMut) -> bool {
+        crate::persist::encode_message_into(&self.message, buf).is_some()
+    }
 }
 
 impl Debug for MessageBody {

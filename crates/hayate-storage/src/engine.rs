@@ -2,6 +2,7 @@
 //! one drained run of [`StoreOp`]s into one write batch. Owned by the store thread.
 
 mod counts;
+mod recent;
 
 pub(crate) use counts::QueueMeta;
 
@@ -9,8 +10,9 @@ use crate::record::{self, Unreadable};
 use counts::{Counts, PendingCounts};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use hayate_core::store::{
-    PageEntry, QueueEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
+    PageEntry, Recovered, StoreOp, StoredMessage, StoredQueue, SubscriptionData,
 };
+use recent::Recent;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -86,11 +88,48 @@ pub(crate) struct Pending {
     retained: Changes,
     sessions: Changes,
     subs: Changes,
-    queue: Changes,
+    queue: BTreeMap<Vec<u8>, Change>,
     rel: Changes,
     inq2: Changes,
-    msg: Changes,
+    /// Message bodies, by id.
+    msg: BTreeMap<u64, Change>,
     counts: PendingCounts,
+}
+
+/// The last value a batch gives a key of `queue` or `msg` (`None`: removed), and whether the
+/// key is new to the store in this batch. A new key that the batch removes again (an entry
+/// whose PUBACK came before the drain, and its body) is dropped from the batch: nothing is
+/// written for it, not even a removal. A queue key is new when the batch had not touched it
+/// before its `Enqueue`: the core never queues a seq a session has stored (its seqs increase,
+/// and a deleted session's keys are removed before, or earlier in the same batch, which
+/// touches them). A body is new when no entry referred to it and the batch had not touched
+/// it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Change {
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) new: bool,
+}
+
+impl Change {
+    fn removal() -> Change {
+        Change {
+            value: None,
+            new: false,
+        }
+    }
+}
+
+/// Records the removal of `key` in `changes`, or drops the key if the batch made it.
+fn remove_change<K: Ord>(changes: &mut BTreeMap<K, Change>, key: K) {
+    match changes.get_mut(&key) {
+        Some(change) if change.new => {
+            changes.remove(&key);
+        }
+        Some(change) => change.value = None,
+        None => {
+            changes.insert(key, Change::removal());
+        }
+    }
 }
 
 impl Pending {
@@ -100,10 +139,8 @@ impl Pending {
             &self.retained,
             &self.sessions,
             &self.subs,
-            &self.queue,
             &self.rel,
             &self.inq2,
-            &self.msg,
             &self.counts.msgref,
             &self.counts.qmeta,
             &self.counts.meta,
@@ -111,6 +148,16 @@ impl Pending {
         .iter()
         .flat_map(|changes| changes.iter())
         .map(|(key, value)| (key.len() + value.as_ref().map_or(0, Vec::len)) as u64)
+        .chain(
+            self.queue.iter().map(|(key, change)| {
+                (key.len() + change.value.as_ref().map_or(0, Vec::len)) as u64
+            }),
+        )
+        .chain(
+            self.msg
+                .values()
+                .map(|change| 8 + change.value.as_ref().map_or(0, Vec::len) as u64),
+        )
         .sum()
     }
 
@@ -139,6 +186,8 @@ pub(crate) struct Engine {
     /// How many entries refer to each message (a message whose count reaches zero is removed
     /// in the same batch), each session's queue length, the number of bodies.
     counts: Counts,
+    /// The message ids of entries written lately (`recent.rs`).
+    recent: Recent,
 }
 
 impl Engine {
@@ -165,6 +214,7 @@ impl Engine {
                 keyspace("qmeta")?,
                 keyspace("meta")?,
             ),
+            recent: Recent::default(),
             db: db.clone(),
         })
     }
@@ -271,22 +321,22 @@ impl Engine {
             let (client_id, seq) = record::read_seq_key(&key)?;
             let entry = record::read_queue_entry(seq, &value)?;
             *refs.entry(entry.message_id).or_default() += 1;
-            self.counts
-                .queued_entry(&mut pending.counts, &client_id, seq)?;
+            self.counts.queued_entry(&client_id, seq)?;
         }
         let mut orphans = 0usize;
         for item in self.msg.iter() {
             let key = item.key()?;
-            if !refs.contains_key(&record::read_message_key(&key)?) {
-                pending.msg.insert(key.to_vec(), None);
+            let id = record::read_message_key(&key)?;
+            if !refs.contains_key(&id) {
+                pending.msg.insert(id, Change::removal());
                 orphans += 1;
             }
         }
         for (id, count) in refs.iter().filter(|(_, count)| **count > 1) {
-            pending
-                .counts
-                .msgref
-                .insert(record::message_key(*id), Some(record::count_value(*count)));
+            pending.counts.msgref.insert(
+                record::message_key(*id).to_vec(),
+                Some(record::count_value(*count)),
+            );
         }
         pending.counts.meta.insert(
             counts::BODIES_KEY.to_vec(),
@@ -417,22 +467,21 @@ impl Engine {
             } => {
                 let key = seq_key(client_id, entry.seq)?;
                 if !self.counts.is_referenced(entry.message_id)? {
-                    let publish = body.encode().ok_or(OpError::Key("message"))?;
-                    let value = record::retained_value(body.expires_at_ms, &publish);
-                    pending
-                        .msg
-                        .insert(record::message_key(entry.message_id), Some(value));
+                    let value = record::message_value(body).ok_or(OpError::Key("message"))?;
+                    let new = !pending.msg.contains_key(&entry.message_id);
+                    let value = Some(value);
+                    pending.msg.insert(entry.message_id, Change { value, new });
                 }
                 self.counts.add_ref(&mut pending.counts, entry.message_id)?;
-                self.counts
-                    .queued_entry(&mut pending.counts, client_id, entry.seq)?;
-                pending
-                    .queue
-                    .insert(key, Some(record::queue_entry_value(entry)));
+                self.counts.queued_entry(client_id, entry.seq)?;
+                let new = !pending.queue.contains_key(&key);
+                let value = Some(record::queue_entry_value(entry));
+                pending.queue.insert(key, Change { value, new });
+                self.recent.insert(client_id, entry.seq, entry.message_id);
             }
             StoreOp::Release { client_id, seq } => {
                 let key = seq_key(client_id, *seq)?;
-                self.remove_entry(pending, &key)?;
+                self.remove_entry(pending, client_id, *seq, key.clone())?;
                 pending.rel.insert(key, Some(record::marker_value()));
             }
             StoreOp::Dequeue {
@@ -444,7 +493,7 @@ impl Engine {
                 if *released {
                     pending.rel.insert(key, None);
                 } else {
-                    self.remove_entry(pending, &key)?;
+                    self.remove_entry(pending, client_id, *seq, key)?;
                 }
             }
             StoreOp::PutTotals { totals } => {
@@ -466,29 +515,39 @@ impl Engine {
         Ok(())
     }
 
-    /// Removes queue entry `key` (pending or committed) and drops its message's reference.
-    fn remove_entry(&mut self, pending: &mut Pending, key: &[u8]) -> Result<(), OpError> {
-        let value = match pending.queue.get(key) {
-            Some(value) => value.clone(),
-            None => self.queue.get(key)?.map(|value| value.to_vec()),
-        };
-        if let Some(value) = value {
-            let (client_id, seq) =
-                record::read_seq_key(key).map_err(|Unreadable(what)| OpError::Key(what))?;
-            let entry: QueueEntry = record::read_queue_entry(seq, &value)
-                .map_err(|Unreadable(what)| OpError::Key(what))?;
-            if self
-                .counts
-                .drop_ref(&mut pending.counts, entry.message_id)?
-            {
-                pending
-                    .msg
-                    .insert(record::message_key(entry.message_id), None);
+    /// Removes queue entry `seq` of `client_id` (`key`; pending or committed) and drops its
+    /// message's reference.
+    fn remove_entry(
+        &mut self,
+        pending: &mut Pending,
+        client_id: &str,
+        seq: u64,
+        key: Vec<u8>,
+    ) -> Result<(), OpError> {
+        let message_id = match self.recent.take(client_id, seq) {
+            Some(message_id) => Some(message_id),
+            None => {
+                let value = match pending.queue.get(&key) {
+                    Some(change) => change.value.clone(),
+                    None => self.queue.get(&key)?.map(|value| value.to_vec()),
+                };
+                match value {
+                    Some(value) => Some(
+                        record::read_queue_entry(seq, &value)
+                            .map_err(|Unreadable(what)| OpError::Key(what))?
+                            .message_id,
+                    ),
+                    None => None,
+                }
             }
-            self.counts
-                .removed_entry(&mut pending.counts, &client_id, seq)?;
+        };
+        if let Some(message_id) = message_id {
+            if self.counts.drop_ref(&mut pending.counts, message_id)? {
+                remove_change(&mut pending.msg, message_id);
+            }
+            self.counts.removed_entry(client_id, seq)?;
         }
-        pending.queue.insert(key.to_vec(), None);
+        remove_change(&mut pending.queue, key);
         Ok(())
     }
 
@@ -516,12 +575,15 @@ impl Engine {
                 .queue
                 .range(prefix.clone()..)
                 .take_while(|(key, _)| key.starts_with(&prefix))
-                .filter(|(_, value)| value.is_some())
+                .filter(|(_, change)| change.value.is_some())
                 .map(|(key, _)| key.clone()),
         );
-        for entry in entries {
-            self.remove_entry(pending, &entry)?;
+        for key in entries {
+            let (_, seq) =
+                record::read_seq_key(&key).map_err(|Unreadable(what)| OpError::Key(what))?;
+            self.remove_entry(pending, client_id, seq, key)?;
         }
+        self.recent.forget_client(client_id);
         for changes in [&mut pending.subs, &mut pending.rel, &mut pending.inq2] {
             for (_, value) in changes
                 .range_mut(prefix.clone()..)
@@ -534,17 +596,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Adds to `pending` the counts its ops changed that are written once per batch (also
+    /// done by [`Engine::commit`]; call it first to see the batch's full size).
+    pub(crate) fn finish(&mut self, pending: &mut Pending) {
+        self.counts.finish(&mut pending.counts);
+    }
+
     /// Writes `pending` as one fjall batch and commits it (written to the OS: survives a
     /// kill -9 of the process, not a power loss).
-    pub(crate) fn commit(&mut self, pending: Pending) -> fjall::Result<()> {
+    pub(crate) fn commit(&mut self, mut pending: Pending) -> fjall::Result<()> {
+        self.finish(&mut pending);
         let mut batch = self.db.batch();
         let [msgref, qmeta, meta] = self.counts.keyspaces();
         for (keyspace, entries) in [
             (&self.retained, pending.retained),
             (&self.sessions, pending.sessions),
             (&self.subs, pending.subs),
-            (&self.msg, pending.msg),
-            (&self.queue, pending.queue),
             (&self.rel, pending.rel),
             (&self.inq2, pending.inq2),
             (msgref, pending.counts.msgref),
@@ -556,6 +623,19 @@ impl Engine {
                     Some(value) => batch.insert(keyspace, key, value),
                     None => batch.remove(keyspace, key),
                 }
+            }
+        }
+        for (key, change) in pending.queue {
+            match change.value {
+                Some(value) => batch.insert(&self.queue, key, value),
+                None => batch.remove(&self.queue, key),
+            }
+        }
+        for (id, change) in pending.msg {
+            let key = record::message_key(id);
+            match change.value {
+                Some(value) => batch.insert(&self.msg, key, value),
+                None => batch.remove(&self.msg, key),
             }
         }
         batch.commit()?;

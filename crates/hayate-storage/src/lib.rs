@@ -4,16 +4,26 @@
 //!
 //! # What is stored
 //!
-//! Seven fjall keyspaces in the data directory (fjall owns the files, the journal, the
+//! Ten fjall keyspaces in the data directory (fjall owns the files, the journal, the
 //! checksums and the directory lock; Hayate has no file format of its own, only small values
 //! that start with a format version byte, see the `record` module): `retained`, `sessions`,
 //! `subs` (subscriptions), `queue` (queued QoS 1/2 entries by client and seq), `rel` (released
-//! entries waiting for PUBCOMP), `inq2` (inbound QoS 2 ids awaiting PUBREL) and `msg` (message
-//! bodies, one per message, removed with the last entry that refers to them; the counts live
-//! in memory and are rebuilt at open). Keys of one client start with its id's length and bytes,
-//! so `DeleteSession` removes exactly its keys by prefix. [`FjallStore::open`] reads it all
-//! back eagerly into a [`Recovered`].
+//! entries waiting for PUBCOMP), `inq2` (inbound QoS 2 ids awaiting PUBREL), `msg` (message
+//! bodies, one per message, removed with the last entry that refers to them), and the counts
+//! kept beside them (`msgref`, `qmeta`, `meta`: `engine/counts.rs`). Keys of one client start
+//! with its id's length and bytes, so `DeleteSession` removes exactly its keys by prefix.
+//! [`FjallStore::open`] reads back sessions, subscriptions, retained messages and each
+//! session's queue summary into a [`Recovered`]; queue entries stay on disk until a page of
+//! them is read ([`Store::read_page`]).
 //!
+//! # What a queued message costs
+//!
+//! A queued entry and its body are written once; the entry's removal (and the body's, with the
+//! last entry) is a removal in the same keyspaces. An entry queued and removed within one
+//! drain (its PUBACK came before the store thread took it) writes nothing at all. Removing an
+//! entry written lately reads nothing (`engine/recent.rs` keeps its message id), and the counts
+//! are written once per batch, with their final value.
+
 //! # Durability
 //!
 //! [`Store::append`] only queues the op in memory: it never blocks on I/O. One thread,
@@ -41,16 +51,11 @@
 //! with [`OnCorruption::MoveAside`], is renamed to `DIR.corrupt-<unix seconds>` and replaced by
 //! an empty one. A directory in use by another process is refused ([`StorageError::Locked`]).
 //!
-//! # Not done yet
-//!
-//! - persisted reference counts: they are rebuilt by reading every queue entry at open;
-//! - a free-space threshold; a bound on the backlog;
-//! - the design's `meta` keyspace.
-//!
 //! [`StoreOp`]: hayate_core::store::StoreOp
 //! [`Store::append`]: hayate_core::store::Store::append
 //! [`Store::accepting`]: hayate_core::store::Store::accepting
 //! [`Store::begin_group`]: hayate_core::store::Store::begin_group
+//! [`Store::read_page`]: hayate_core::store::Store::read_page
 //! [`Recovered`]: hayate_core::store::Recovered
 
 mod engine;

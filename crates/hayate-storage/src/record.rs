@@ -16,8 +16,8 @@
 //! | `meta` | `bodies`, `layout` or `total/NAME` | version, then bodies in `msg` (u64), the layout of these keyspaces (u64; 2), or the broker's lifetime counter NAME (u64) |
 
 use crate::engine::QueueMeta;
-use bytes::Bytes;
-use hayate_core::store::{QueueEntry, SessionRecord, StoredWill, SubscriptionData};
+use bytes::{BufMut, Bytes, BytesMut};
+use hayate_core::store::{MessageBody, QueueEntry, SessionRecord, StoredWill, SubscriptionData};
 
 /// The format version written in front of every value.
 const FORMAT: u8 = 1;
@@ -86,6 +86,22 @@ pub(crate) fn retained_value(expires_at_ms: Option<u64>, publish: &[u8]) -> Vec<
     });
     out.extend_from_slice(publish);
     out
+}
+
+/// The value of a queued message's body: as [`retained_value`], with the PUBLISH encoded in
+/// place; `None` if the message cannot be encoded.
+pub(crate) fn message_value(body: &MessageBody) -> Option<Vec<u8>> {
+    let mut out =
+        BytesMut::with_capacity(10 + body.message.topic.len() + body.message.payload.len() + 16);
+    out.put_u8(FORMAT);
+    match body.expires_at_ms {
+        None => out.put_u8(0),
+        Some(at) => {
+            out.put_u8(1);
+            out.put_u64(at);
+        }
+    }
+    body.encode_into(&mut out).then(|| Vec::from(out))
 }
 
 /// Expiry and PUBLISH bytes of a retained message's value.
@@ -180,8 +196,14 @@ pub(crate) fn read_session(key: &[u8], value: &[u8]) -> Result<SessionRecord, Un
 /// that no client's prefix is a prefix of another's. `None` for an id over 65,535 bytes
 /// (MQTT strings cannot be longer, §1.5.4).
 pub(crate) fn subscription_prefix(client_id: &str) -> Option<Vec<u8>> {
+    client_key(client_id, 0)
+}
+
+/// [`subscription_prefix`] in a buffer with room for `suffix` more bytes (one allocation for
+/// the whole key).
+fn client_key(client_id: &str, suffix: usize) -> Option<Vec<u8>> {
     let len = u16::try_from(client_id.len()).ok()?;
-    let mut key = Vec::with_capacity(2 + client_id.len());
+    let mut key = Vec::with_capacity(2 + client_id.len() + suffix);
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(client_id.as_bytes());
     Some(key)
@@ -189,7 +211,7 @@ pub(crate) fn subscription_prefix(client_id: &str) -> Option<Vec<u8>> {
 
 /// The key of one subscription (`None` as for [`subscription_prefix`]).
 pub(crate) fn subscription_key(client_id: &str, filter: &str) -> Option<Vec<u8>> {
-    let mut key = subscription_prefix(client_id)?;
+    let mut key = client_key(client_id, filter.len())?;
     key.extend_from_slice(filter.as_bytes());
     Some(key)
 }
@@ -230,21 +252,21 @@ pub(crate) fn read_subscription(
 
 /// The key of queue entry (or released entry) `seq` of `client_id`.
 pub(crate) fn seq_key(client_id: &str, seq: u64) -> Option<Vec<u8>> {
-    let mut key = subscription_prefix(client_id)?;
+    let mut key = client_key(client_id, 8)?;
     key.extend_from_slice(&seq.to_be_bytes());
     Some(key)
 }
 
 /// The key of inbound QoS 2 id `packet_id` of `client_id`.
 pub(crate) fn packet_id_key(client_id: &str, packet_id: u16) -> Option<Vec<u8>> {
-    let mut key = subscription_prefix(client_id)?;
+    let mut key = client_key(client_id, 2)?;
     key.extend_from_slice(&packet_id.to_be_bytes());
     Some(key)
 }
 
 /// The key of stored message `id`.
-pub(crate) fn message_key(id: u64) -> Vec<u8> {
-    id.to_be_bytes().to_vec()
+pub(crate) fn message_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
 }
 
 /// The value of a key whose presence is the record (`rel`, `inq2`).
@@ -439,6 +461,41 @@ mod tests {
             read_retained(&value),
             Ok((Some(7), Bytes::from_static(b"\x31\x05\x00\x01ab")))
         );
+    }
+
+    /// A queued message's body is encoded in place, with the very bytes a retained value of
+    /// the encoded PUBLISH has (what `read_page` reads back).
+    #[test]
+    fn a_message_value_is_the_encoded_publish_behind_the_prefix() {
+        for (qos, expiry) in [
+            (hayate_codec::QoS::AtLeastOnce, None),
+            (hayate_codec::QoS::ExactlyOnce, Some(1_800_000_000_123)),
+            (hayate_codec::QoS::AtMostOnce, Some(7)),
+        ] {
+            let properties = hayate_codec::Properties {
+                content_type: Some("text/plain".into()),
+                correlation_data: Some(Bytes::from_static(b"c-1")),
+                message_expiry_interval: Some(60),
+                ..Default::default()
+            };
+            let message = hayate_core::Message::new(
+                "plant/7/temp".into(),
+                Bytes::from_static(b"21.5"),
+                qos,
+                true,
+                properties,
+                None,
+                Some(1),
+            );
+            let body = MessageBody {
+                expires_at_ms: expiry,
+                message: std::sync::Arc::new(message),
+            };
+            let value = message_value(&body).expect("encodable");
+            let publish = body.encode().expect("encodable");
+            assert_eq!(value, retained_value(expiry, &publish));
+            assert_eq!(read_retained(&value), Ok((expiry, publish)));
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::store::{Counters, Faults, ReadRequest, Shared, SyncMode};
 use backlog::Backlog;
 use fjall::PersistMode;
 use hayate_core::store::{StoreOp, Ticket};
+use parking_lot::MutexGuard;
 use space::SpaceGuard;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +34,8 @@ use std::time::{Duration, Instant};
 
 /// How often a failed store tries to open its engine again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// A drain woken with fewer ops than this yields the core once before it takes them.
+const LINGER_BELOW: usize = 16;
 /// Failure log lines after the first: at most one per this interval, with a count.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -148,6 +151,7 @@ impl Writer {
                 "store_op_refused: key empty or longer than 65535 bytes"
             );
         }
+        engine.finish(&mut pending);
         if !pending.is_empty() {
             // Refused here, the batch joins the backlog; the counts it changed in the engine's
             // cache are dropped with the engine before the backlog is written (`retry`).
@@ -327,7 +331,9 @@ pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) 
     loop {
         let (ops, last, reads, closing) = {
             let mut queue = shared.queue.lock();
+            let mut slept = false;
             while !queue.has_work() && !queue.closing {
+                slept = true;
                 match writer.next_deadline(sync_interval) {
                     None => shared.wake.wait(&mut queue),
                     Some(at) => {
@@ -338,6 +344,12 @@ pub(crate) fn run(mut writer: Writer, shared: &Shared, sync_interval: Duration) 
                         }
                     }
                 }
+            }
+            if slept && !queue.closing && queue.ready() < LINGER_BELOW {
+                // Woken by the first op of a drain: let the threads about to append more (the
+                // other connections of a burst) run first, so that one batch takes them all.
+                // One sched_yield, which returns at once when no other thread wants this core.
+                MutexGuard::unlocked(&mut queue, std::thread::yield_now);
             }
             let (ops, last, reads) = queue.take_ready();
             (ops, last, reads, queue.closing)

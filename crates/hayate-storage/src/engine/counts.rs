@@ -8,6 +8,14 @@
 //! holds every count changed by the batch being built (the keyspaces have the rest) and is
 //! emptied after a commit once it grows past a bound: memory does not grow with what is
 //! queued.
+//!
+//! Writes are kept to what changes on disk: a `msgref` record is written only when a count
+//! goes above one or comes back from there (a count of one or zero is its absence, so most
+//! bodies never have one, and never get a removal either); the number of bodies and each
+//! session's summary are written once per batch, with their final value ([`Counts::finish`]).
+//! An id at or above `fresh_from` that the cache does not hold has a count of zero, known
+//! without a read; message ids are handed out in increasing order, so a new message's id is
+//! there.
 
 use super::{Changes, OpError};
 use crate::record::{self, Unreadable};
@@ -60,9 +68,24 @@ pub(super) struct Counts {
     msgref: Keyspace,
     qmeta: Keyspace,
     meta: Keyspace,
+    /// Counts of bodies touched since the cache was last emptied. A zero count is dropped
+    /// from it when the id is at or above `fresh_from`.
     refs: HashMap<u64, u32>,
-    queues: HashMap<String, QueueMeta>,
+    /// An id at or above this one that `refs` does not hold has a count of zero: when it was
+    /// set no body at or above it was stored (the highest stored id + 1 at open, the highest
+    /// id touched + 1 when `refs` was emptied), and since then `refs` has held every id
+    /// touched whose count is above zero.
+    fresh_from: u64,
+    /// The highest id touched since the cache was last emptied.
+    max_touched: u64,
+    /// Session summaries, each with whether the batch being built changed it.
+    queues: HashMap<String, (QueueMeta, bool)>,
+    /// The sessions whose summary the batch being built changed (written by
+    /// [`Counts::finish`]).
+    dirty_queues: Vec<String>,
     bodies: u64,
+    /// The number of bodies changed in the batch being built.
+    bodies_dirty: bool,
     queued: u64,
 }
 
@@ -74,8 +97,12 @@ impl Counts {
             qmeta,
             meta,
             refs: HashMap::new(),
+            fresh_from: u64::MAX,
+            max_touched: 0,
             queues: HashMap::new(),
+            dirty_queues: Vec::new(),
             bodies: 0,
+            bodies_dirty: false,
             queued: 0,
         }
     }
@@ -108,6 +135,14 @@ impl Counts {
     pub fn reload(&mut self) -> Result<(), super::ReadError> {
         self.refs.clear();
         self.queues.clear();
+        self.dirty_queues.clear();
+        self.bodies_dirty = false;
+        // No body is stored at or above the last one's id + 1, so no count either.
+        self.fresh_from = match self.msg.last_key_value() {
+            Some(last) => record::read_message_key(&last.key()?)?.saturating_add(1),
+            None => 0,
+        };
+        self.max_touched = 0;
         self.bodies = match self.meta.get(BODIES_KEY)? {
             Some(value) => record::read_count(&value)?,
             None => 0,
@@ -156,6 +191,10 @@ impl Counts {
         if let Some(count) = self.refs.get(&message_id) {
             return Ok(*count);
         }
+        if message_id >= self.fresh_from {
+            // Never stored (see `fresh_from`); not cached, as zero counts there are not.
+            return Ok(0);
+        }
         let count = match self.msgref.get(record::message_key(message_id))? {
             Some(value) => record::read_count(&value)
                 .ok()
@@ -167,19 +206,33 @@ impl Counts {
         Ok(count)
     }
 
-    fn set_ref_count(&mut self, pending: &mut PendingCounts, message_id: u64, count: u32) {
-        self.refs.insert(message_id, count);
-        let value = (count > 1).then(|| record::count_value(u64::from(count)));
-        pending
-            .msgref
-            .insert(record::message_key(message_id), value);
+    /// Sets the count of `message_id` from `old` to `count`. On disk a count of one or zero is
+    /// the absence of a `msgref` record, so only a change that involves a count above one
+    /// writes it.
+    fn set_ref_count(
+        &mut self,
+        pending: &mut PendingCounts,
+        message_id: u64,
+        old: u32,
+        count: u32,
+    ) {
+        self.max_touched = self.max_touched.max(message_id);
+        if count == 0 && message_id >= self.fresh_from {
+            self.refs.remove(&message_id);
+        } else {
+            self.refs.insert(message_id, count);
+        }
+        if old > 1 || count > 1 {
+            let value = (count > 1).then(|| record::count_value(u64::from(count)));
+            pending
+                .msgref
+                .insert(record::message_key(message_id).to_vec(), value);
+        }
     }
 
-    fn set_bodies(&mut self, pending: &mut PendingCounts, bodies: u64) {
+    fn set_bodies(&mut self, bodies: u64) {
         self.bodies = bodies;
-        pending
-            .meta
-            .insert(BODIES_KEY.to_vec(), Some(record::count_value(bodies)));
+        self.bodies_dirty = true;
     }
 
     /// True when some entry refers to `message_id` (its body is stored).
@@ -190,9 +243,9 @@ impl Counts {
     /// One more entry refers to `message_id` (whose body the caller writes with the first).
     pub fn add_ref(&mut self, pending: &mut PendingCounts, message_id: u64) -> Result<(), OpError> {
         let count = self.ref_count(message_id)?;
-        self.set_ref_count(pending, message_id, count.saturating_add(1));
+        self.set_ref_count(pending, message_id, count, count.saturating_add(1));
         if count == 0 {
-            self.set_bodies(pending, self.bodies + 1);
+            self.set_bodies(self.bodies + 1);
         }
         Ok(())
     }
@@ -208,15 +261,15 @@ impl Counts {
         if count == 0 {
             return Ok(false);
         }
-        self.set_ref_count(pending, message_id, count - 1);
+        self.set_ref_count(pending, message_id, count, count - 1);
         if count == 1 {
-            self.set_bodies(pending, self.bodies.saturating_sub(1));
+            self.set_bodies(self.bodies.saturating_sub(1));
         }
         Ok(count == 1)
     }
 
     fn queue_meta(&mut self, client_id: &str) -> Result<QueueMeta, OpError> {
-        if let Some(meta) = self.queues.get(client_id) {
+        if let Some((meta, _)) = self.queues.get(client_id) {
             return Ok(*meta);
         }
         let meta = match self.qmeta.get(queue_meta_key(client_id)?)? {
@@ -225,29 +278,53 @@ impl Counts {
             }
             None => QueueMeta::default(),
         };
-        self.queues.insert(client_id.to_string(), meta);
+        self.queues.insert(client_id.to_string(), (meta, false));
         Ok(meta)
     }
 
-    fn set_queue_meta(
-        &mut self,
-        pending: &mut PendingCounts,
-        client_id: &str,
-        meta: QueueMeta,
-    ) -> Result<(), OpError> {
-        let value = (meta.count > 0).then(|| record::queue_meta_value(&meta));
-        pending.qmeta.insert(queue_meta_key(client_id)?, value);
-        self.queues.insert(client_id.to_string(), meta);
-        Ok(())
+    /// Sets `client_id`'s summary (cached by [`Counts::queue_meta`] just before); it is
+    /// written once per batch, by [`Counts::finish`].
+    fn set_queue_meta(&mut self, client_id: &str, meta: QueueMeta) {
+        let dirty = match self.queues.get_mut(client_id) {
+            Some((cached, _)) if *cached == meta => return,
+            Some((cached, dirty)) => {
+                *cached = meta;
+                std::mem::replace(dirty, true)
+            }
+            None => {
+                self.queues.insert(client_id.to_string(), (meta, true));
+                false
+            }
+        };
+        if !dirty {
+            self.dirty_queues.push(client_id.to_string());
+        }
+    }
+
+    /// Adds the counts the batch changed but has not written yet (the number of bodies and
+    /// the sessions' summaries, once each with their final value) to `pending`.
+    pub fn finish(&mut self, pending: &mut PendingCounts) {
+        if std::mem::take(&mut self.bodies_dirty) {
+            pending
+                .meta
+                .insert(BODIES_KEY.to_vec(), Some(record::count_value(self.bodies)));
+        }
+        for client_id in std::mem::take(&mut self.dirty_queues) {
+            let Some((meta, dirty)) = self.queues.get_mut(&client_id) else {
+                continue;
+            };
+            *dirty = false;
+            let meta = *meta;
+            let value = (meta.count > 0).then(|| record::queue_meta_value(&meta));
+            // The key was made when the summary was read (`queue_meta`), so it can be made.
+            if let Ok(key) = queue_meta_key(&client_id) {
+                pending.qmeta.insert(key, value);
+            }
+        }
     }
 
     /// Entry `seq` was queued for `client_id`.
-    pub fn queued_entry(
-        &mut self,
-        pending: &mut PendingCounts,
-        client_id: &str,
-        seq: u64,
-    ) -> Result<(), OpError> {
+    pub fn queued_entry(&mut self, client_id: &str, seq: u64) -> Result<(), OpError> {
         let mut meta = self.queue_meta(client_id)?;
         if meta.count == 0 {
             meta.first_seq = seq;
@@ -258,16 +335,12 @@ impl Counts {
         }
         meta.count += 1;
         self.queued += 1;
-        self.set_queue_meta(pending, client_id, meta)
+        self.set_queue_meta(client_id, meta);
+        Ok(())
     }
 
     /// Entry `seq` of `client_id` (which was stored) was removed.
-    pub fn removed_entry(
-        &mut self,
-        pending: &mut PendingCounts,
-        client_id: &str,
-        seq: u64,
-    ) -> Result<(), OpError> {
+    pub fn removed_entry(&mut self, client_id: &str, seq: u64) -> Result<(), OpError> {
         let mut meta = self.queue_meta(client_id)?;
         if meta.count == 0 {
             return Ok(());
@@ -281,13 +354,16 @@ impl Counts {
         } else if seq == meta.last_seq {
             meta.last_seq = seq - 1;
         }
-        self.set_queue_meta(pending, client_id, meta)
+        self.set_queue_meta(client_id, meta);
+        Ok(())
     }
 
     /// After a commit: every count is on disk, so a cache grown past its bound is emptied.
     pub fn committed(&mut self) {
         if self.refs.len() > REFS_CACHED {
             self.refs = HashMap::new();
+            // Ids touched so far may be stored now: from here on they are read.
+            self.fresh_from = self.fresh_from.max(self.max_touched.saturating_add(1));
         }
         if self.queues.len() > QUEUES_CACHED {
             self.queues = HashMap::new();

@@ -3,7 +3,7 @@
 
 use super::*;
 use bytes::Bytes;
-use hayate_core::store::{MessageBody, SessionRecord};
+use hayate_core::store::{MessageBody, QueueEntry, SessionRecord};
 use hayate_core::Message;
 use std::sync::Arc;
 
@@ -170,6 +170,67 @@ fn counts_follow_entries_across_restarts() {
     drop(engine);
     let mut engine = Engine::open(dir.path()).expect("open a third time");
     let recovered = engine.read_all().expect("read a third time");
+    assert!(recovered.queues.is_empty(), "{:?}", recovered.queues);
+    assert_eq!((engine.queued(), engine.bodies()), (0, 0));
+}
+
+/// An entry queued and removed again within one batch (its PUBACK came before the drain)
+/// writes nothing, not even a removal, and neither does its body; one stored before is
+/// removed for real, also when the session was deleted and its seq queued again in the batch.
+#[test]
+fn an_entry_queued_and_removed_in_one_batch_writes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut engine = Engine::open(dir.path()).expect("open");
+    engine.read_all().expect("read");
+    write(&mut engine, &[session("a"), enqueue("a", 1, 1)]);
+    let mut pending = Pending::default();
+    for op in [enqueue("a", 2, 2), dequeue("a", 2), dequeue("a", 1)] {
+        assert!(engine.apply(&mut pending, &op).is_ok());
+    }
+    let key = |seq| record::seq_key("a", seq).expect("key");
+    assert_eq!(
+        pending.queue.keys().cloned().collect::<Vec<_>>(),
+        vec![key(1)],
+        "only the stored entry's removal"
+    );
+    assert_eq!(pending.queue[&key(1)], Change::removal());
+    assert_eq!(pending.msg.keys().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(pending.msg[&1], Change::removal());
+    engine.commit(pending).expect("commit");
+    assert_eq!((engine.queued(), engine.bodies()), (0, 0));
+
+    // Stored, then in one batch: the session deleted and started again, the same seq queued
+    // and removed. The stored entry and body must go.
+    write(&mut engine, &[enqueue("a", 1, 3)]);
+    let mut pending = Pending::default();
+    for op in [
+        StoreOp::DeleteSession {
+            client_id: "a".into(),
+        },
+        session("a"),
+        enqueue("a", 1, 4),
+        dequeue("a", 1),
+    ] {
+        assert!(engine.apply(&mut pending, &op).is_ok());
+    }
+    assert_eq!(
+        pending.queue.get(&key(1)),
+        Some(&Change::removal()),
+        "removed, not skipped"
+    );
+    assert_eq!(
+        pending.msg.get(&3),
+        Some(&Change::removal()),
+        "the stored body removed"
+    );
+    assert_eq!(pending.msg.get(&4), None, "the new body never written");
+    engine.commit(pending).expect("commit");
+    assert_eq!((engine.queued(), engine.bodies()), (0, 0));
+    assert!(engine.queue.iter().next().is_none());
+    assert!(engine.msg.iter().next().is_none());
+    drop(engine);
+    let mut engine = Engine::open(dir.path()).expect("open again");
+    let recovered = engine.read_all().expect("read again");
     assert!(recovered.queues.is_empty(), "{:?}", recovered.queues);
     assert_eq!((engine.queued(), engine.bodies()), (0, 0));
 }
