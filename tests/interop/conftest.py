@@ -8,6 +8,7 @@ fails if the broker died early, exited non-zero, did not stop in time, or printe
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,10 +39,33 @@ def broker_binary() -> Path:
     return path
 
 
+def _ports_below_the_ephemeral_range() -> list[int]:
+    """Candidate ports for brokers under test, below the kernel's ephemeral range: a port the
+    kernel hands out (bind to 0) and takes back can meanwhile become some client connection's
+    source port, and the broker's bind then fails with "Address already in use"."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports = list(range(10000, max(low, 10001)))
+    random.shuffle(ports)
+    return ports
+
+
+_CANDIDATE_PORTS = iter(_ports_below_the_ephemeral_range())
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on now, from below the ephemeral range (shared by the
+    test modules: `from conftest import free_port`)."""
+    for port in _CANDIDATE_PORTS:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port left below the ephemeral range")
 
 
 @dataclass

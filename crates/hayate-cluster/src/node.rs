@@ -189,6 +189,7 @@ pub async fn start(
     let node = Node {
         answers: Some(answers_rx),
         pending: HashMap::new(),
+        away_claims: HashMap::new(),
         ctx: LinkContext {
             answers,
             marks: Arc::new(crate::relay::MarkBoard::new()),
@@ -221,6 +222,9 @@ struct Node {
     answers: Option<mpsc::Receiver<Answer>>,
     /// Claims whose CONNACK waits for answers: client id → nodes still to answer, deadline.
     pending: HashMap<String, (Vec<Arc<str>>, Instant)>,
+    /// Claims some nodes could not be asked (away, not stopped for a restart): client id →
+    /// those nodes, the claim's `at`, until when its client's first SUBSCRIBE marks.
+    away_claims: HashMap<Arc<str>, (Vec<Arc<str>>, u64, Instant)>,
     self_id: ChitchatId,
     grace: Duration,
     /// How long a held CONNACK waits for a stopped node's answer.
@@ -325,7 +329,15 @@ impl Node {
                     clean_start,
                     at: at.as_nanos(),
                 };
-                let (asked, stopped) = self.send_claim(&claim);
+                let (asked, stopped, away) = self.send_claim(&claim);
+                if !clean_start && !away.is_empty() {
+                    // Their answer may come much later: the client starts a new session here
+                    // meanwhile, and marks when it subscribes (`relay::fence`).
+                    self.away_claims.insert(
+                        client_id.clone(),
+                        (away, claim.at, Instant::now() + self.grace),
+                    );
+                }
                 if await_handover {
                     if asked.is_empty() {
                         self.ctx.broker.release_handover(&client_id);
@@ -341,19 +353,32 @@ impl Node {
                     }
                 }
             }
+            ClusterEvent::Subscribed { client_id } => {
+                if let Some((away, at, until)) = self.away_claims.remove(&client_id) {
+                    let now = Instant::now();
+                    if now < until {
+                        let mut wake = WakeList::new();
+                        crate::relay::fence(&self.ctx, &client_id, &away, at, now, &mut wake);
+                        for doorbell in wake {
+                            doorbell.notify_one();
+                        }
+                    }
+                }
+            }
         }
     }
 
     /// Queues `claim` in every other node's peer session here (behind what is already queued
     /// for it); returns the nodes whose answers a CONNACK may wait for (those connected now,
     /// and those stopped for a restart, which answer when back), and whether any is stopped.
-    fn send_claim(&self, claim: &Claim) -> (Vec<Arc<str>>, bool) {
+    fn send_claim(&self, claim: &Claim) -> (Vec<Arc<str>>, bool, Vec<Arc<str>>) {
         let broker = &self.ctx.broker;
         let now = Instant::now();
         let message = Arc::new(claim.to_message());
         let mut wake = WakeList::new();
         let mut asked = Vec::new();
         let mut stopped = false;
+        let mut away = Vec::new();
         for (name, peer) in &self.peers {
             let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{name}")) else {
                 continue;
@@ -372,12 +397,14 @@ impl Node {
                 stopped = true;
             } else if online {
                 asked.push(name.clone());
+            } else {
+                away.push(name.clone());
             }
         }
         for doorbell in wake {
             doorbell.notify_one();
         }
-        (asked, stopped)
+        (asked, stopped, away)
     }
 
     /// Another node answered a claim (its session, if any, was taken by the link): once every
@@ -439,6 +466,7 @@ impl Node {
     /// Claims that waited too long for answers: their CONNACK goes out now.
     fn expire_pending(&mut self) {
         let now = Instant::now();
+        self.away_claims.retain(|_, (_, _, until)| *until > now);
         let expired: Vec<String> = self
             .pending
             .iter()

@@ -22,6 +22,9 @@ use tokio::sync::watch;
 pub(crate) struct MarkBoard {
     pending: Mutex<HashMap<Arc<str>, Posted>>,
     changed: watch::Sender<u64>,
+    /// Sessions that marked when their client subscribed (`fence`), by client identifier,
+    /// with the claim's `at`.
+    fenced: Mutex<HashMap<Arc<str>, u64>>,
 }
 
 /// Marks waiting for one node's link, with when they were posted.
@@ -36,6 +39,7 @@ impl MarkBoard {
         MarkBoard {
             pending: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
+            fenced: Mutex::new(HashMap::new()),
         }
     }
 
@@ -56,6 +60,17 @@ impl MarkBoard {
             }
         }
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether `client_id`'s session here marked for the claim `at` when it subscribed (and
+    /// forgets it).
+    fn take_fenced(&self, client_id: &str, at: u64) -> bool {
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        if fenced.get(client_id) == Some(&at) {
+            fenced.remove(client_id);
+            return true;
+        }
+        false
     }
 
     /// The marks waiting to be published on `node`, those younger than `max_age`.
@@ -87,11 +102,18 @@ pub(crate) fn take_over(
     wake: &mut WakeList,
 ) {
     let (broker, routes, self_name) = (&ctx.broker, &ctx.routes, &ctx.self_name);
+    let fenced = ctx.marks.take_fenced(&answer.client_id, answer.at);
     let Some(handed) = answer.handed else {
         return;
     };
     let client_id: Arc<str> = Arc::from(answer.client_id.as_str());
     let at = Arrival::from_nanos(answer.at);
+    if fenced {
+        // Every node marked when the client subscribed here: the session received their
+        // copies directly since, and the old node relays only what came before.
+        ctx.broker.take_over(&client_id, handed, now, wake);
+        return;
+    }
     let relayed = answer.at != 0
         && handed
             .subscriptions
@@ -128,7 +150,22 @@ pub(crate) fn take_over(
         new: self_name.clone(),
         at: answer.at,
     };
-    if let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{old}")) {
+    post_mark(ctx, &mark, &others, now, wake);
+}
+
+/// Queues `mark` in the old node's peer session here and posts it for `others`' links.
+fn post_mark(
+    ctx: &LinkContext,
+    mark: &Mark,
+    others: &[Arc<str>],
+    now: Instant,
+    wake: &mut WakeList,
+) {
+    let broker = &ctx.broker;
+    if let Some(cell) = broker
+        .registry
+        .get(&format!("{PEER_CLIENT_PREFIX}{}", mark.old))
+    {
         let delivery = Delivery::new(Arc::new(mark.to_message()), QoS::ExactlyOnce, false);
         let mut outcome = RouteOutcome::default();
         broker
@@ -136,7 +173,42 @@ pub(crate) fn take_over(
             .deliver(&cell, delivery, now, wake, &mut outcome);
     }
     tracing::debug!(client_id = %mark.client_id, ?others, at = mark.at, "cluster_marks_posted");
-    ctx.marks.post(&mark, &others, now);
+    ctx.marks.post(mark, others, now);
+}
+
+/// A client of this node's that resumed its session while some nodes could not be asked for
+/// it (`away`: dead, not stopped for a restart) subscribed, with a new session here: marks,
+/// for each of them, from when the other nodes' copies reach this session directly. Back,
+/// such a node keeps what comes after its mark from the old session (it would arrive twice
+/// once that session is handed over here), and relays only what came before.
+pub(crate) fn fence(
+    ctx: &LinkContext,
+    client_id: &Arc<str>,
+    away: &[Arc<str>],
+    at: u64,
+    now: Instant,
+    wake: &mut WakeList,
+) {
+    let known = ctx.routes.nodes();
+    for old in away {
+        let mark = Mark {
+            client_id: client_id.clone(),
+            old: old.clone(),
+            new: ctx.self_name.clone(),
+            at,
+        };
+        let others: Vec<Arc<str>> = known
+            .iter()
+            .filter(|node| *node != old && **node != ctx.self_name)
+            .cloned()
+            .collect();
+        post_mark(ctx, &mark, &others, now, wake);
+    }
+    ctx.marks
+        .fenced
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(client_id.clone(), at);
 }
 
 /// A mark arrived on the link from `from`: for a session this node handed over (it may stop

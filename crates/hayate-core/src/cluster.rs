@@ -128,6 +128,13 @@ pub enum ClusterEvent {
         /// one wins.
         at: Arrival,
     },
+    /// A client connected here subscribed (a node that could not be asked for its older
+    /// session marks, on every node, from when its copies reach this session directly;
+    /// `docs/CLUSTER.md`, "Relay after a handover").
+    Subscribed {
+        /// Its client identifier.
+        client_id: Arc<str>,
+    },
 }
 
 /// The cluster side of a node's router. See the module docs.
@@ -316,13 +323,28 @@ impl ClusterRoutes {
             return;
         }
         let mut suppressed = self.suppressed.lock();
-        suppressed.retain(|s| s.client_id != client_id);
-        suppressed.push(Suppression {
-            client_id,
-            at,
-            nodes,
-            until,
-        });
+        match suppressed
+            .iter_mut()
+            .find(|s| s.client_id == client_id && s.at == at)
+        {
+            Some(same) => {
+                for node in nodes {
+                    if !same.nodes.contains(&node) {
+                        same.nodes.push(node);
+                    }
+                }
+                same.until = same.until.max(until);
+            }
+            None => {
+                suppressed.retain(|s| s.client_id != client_id);
+                suppressed.push(Suppression {
+                    client_id,
+                    at,
+                    nodes,
+                    until,
+                });
+            }
+        }
         self.suppressing
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -338,6 +360,25 @@ impl ClusterRoutes {
             s.nodes.retain(|n| &**n != node);
         }
         suppressed.retain(|s| !s.nodes.is_empty());
+    }
+
+    /// The nodes whose copies `client_id`'s session here does not take now for the take-over
+    /// `at`.
+    pub fn suppressed_nodes(&self, client_id: &str, at: Arrival) -> Vec<Arc<str>> {
+        self.suppressed
+            .lock()
+            .iter()
+            .filter(|s| &*s.client_id == client_id && s.at == at)
+            .flat_map(|s| s.nodes.iter().cloned())
+            .collect()
+    }
+
+    /// Forgets every suppression for `client_id` (it connected here again, or its session
+    /// stopped relaying).
+    pub fn clear_suppression(&self, client_id: &str) {
+        self.suppressed
+            .lock()
+            .retain(|s| &*s.client_id != client_id);
     }
 
     /// A client subscription to `filter` was added.

@@ -75,7 +75,7 @@ impl Broker {
             (Some(cluster), Some(to)) if !clean_start && cluster.relays_enabled() => {
                 Some(Relaying {
                     to: to.clone(),
-                    waiting: relay_waiting(cluster, to),
+                    waiting: relay_waiting(cluster, to, client_id, claimed_at),
                     deadline: now + cluster.relay_timeout(),
                     at: claimed_at,
                 })
@@ -197,6 +197,10 @@ impl Broker {
     /// Node `node` marked the end of what it had forwarded here for `client_id`'s session,
     /// handed over on the claim made `at`: once every node has, the session stops relaying and
     /// ends. A mark of another take-over (late, from before this node was away) counts not.
+    ///
+    /// A mark for a session still here (not handed over yet: the claimant started a new one
+    /// without it, and marks as it subscribes) keeps what `node` forwards from now on from
+    /// this session, which the new one receives directly, and spares the relay the wait.
     pub fn relay_marked(
         &self,
         client_id: &str,
@@ -205,11 +209,22 @@ impl Broker {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let Some(cell) = self
-            .router
-            .cluster()
-            .and_then(|cluster| cluster.relaying(client_id))
-        else {
+        let Some(cluster) = self.router.cluster() else {
+            return;
+        };
+        let Some(cell) = cluster.relaying(client_id) else {
+            let here = self
+                .registry
+                .get(client_id)
+                .is_some_and(|cell| cell.kind == SessionKind::Client);
+            if here && at.is_known() {
+                cluster.suppress(
+                    Arc::from(client_id),
+                    at,
+                    vec![Arc::from(node)],
+                    now + cluster.relay_timeout(),
+                );
+            }
             return;
         };
         let done = match &mut cell.state.lock().handover {
@@ -249,6 +264,7 @@ impl Broker {
     fn end_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
         if let Some(cluster) = self.router.cluster() {
             cluster.relay_ended(&cell.client_id, cell);
+            cluster.clear_suppression(&cell.client_id);
         }
         cell.state.lock().handover = Handover::Settled;
         self.end_session(cell, now, wake);
@@ -381,8 +397,19 @@ fn is_shared(filter: &str) -> bool {
 /// knows (what any of them routed here before the handover may still be on its way, even from
 /// a node whose link here is not up yet), and `to` (`docs/CLUSTER.md`, "Relay after a
 /// handover").
-fn relay_waiting(cluster: &ClusterRoutes, to: &SessionCell) -> Vec<Arc<str>> {
+///
+/// Not the nodes that marked already, before the handover (the claimant had started a new
+/// session without this one and marked when it subscribed: what they forward here for the
+/// session since, it received directly).
+fn relay_waiting(
+    cluster: &ClusterRoutes,
+    to: &SessionCell,
+    client_id: &str,
+    at: Arrival,
+) -> Vec<Arc<str>> {
+    let marked = cluster.suppressed_nodes(client_id, at);
     let mut waiting = cluster.nodes();
+    waiting.retain(|node| !marked.contains(node));
     if let Some(name) = to.client_id.strip_prefix(PEER_CLIENT_PREFIX) {
         if !waiting.iter().any(|n| &**n == name) {
             waiting.push(Arc::from(name));

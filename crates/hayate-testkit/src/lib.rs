@@ -87,12 +87,37 @@ pub fn connect_packet(version: ProtocolVersion, client_id: &str, clean_start: bo
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (for a broker started as a process).
+/// A port on 127.0.0.1 free a moment ago for TCP and UDP (for a broker started as a process;
+/// a cluster node gossips over UDP on its cluster port).
+///
+/// Taken from below the kernel's ephemeral range, one after the other from a random start:
+/// a port the kernel hands out (bind to 0) and takes back can meanwhile become some client
+/// connection's source port, and the broker's own bind then fails ("Address already in use").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .clamp(10_001, 65_535);
+    let span = low - 10_000;
+    if NEXT.load(Ordering::Relaxed) == 0 {
+        let seed = std::process::id().wrapping_mul(7_919)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.subsec_nanos());
+        let _ = NEXT.compare_exchange(0, seed | 1, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..span {
+        let port = (10_000 + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range");
 }
 
 /// A will message for [`Connect::will`].

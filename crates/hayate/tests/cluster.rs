@@ -516,6 +516,82 @@ async fn a_session_moved_during_a_restart_gets_what_was_published_meanwhile() {
     }
 }
 
+/// After a kill -9 nobody can answer for the dead node: its client resumes elsewhere with a
+/// new session (Session Present 0) and subscribes again, and every node then routes its
+/// messages both to that session and to the dead node's queue. The new session marks, as it
+/// subscribes, from when each node's copies reach it (docs/CLUSTER.md, "Relay after a
+/// handover"): the node, back, keeps what follows the mark out of the old session, so that
+/// when the old session is handed over and merged into the new one nothing arrives twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_merged() {
+    const TOTAL: u16 = 1_000;
+    let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
+    let connect_as = |mqtt: std::net::SocketAddr| async move {
+        let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
+        let mut connect =
+            hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "kill-sub", false);
+        connect.properties.session_expiry_interval = Some(600);
+        let connack = client.connect(connect).await;
+        (client, connack)
+    };
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("kill-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[0].kill();
+    drop(sub);
+    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
+    assert!(
+        !connack.session_present,
+        "n1 is dead: nobody has the session"
+    );
+    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    await_route(&mut publisher, &mut moved, "roll/probe").await;
+    // Routed to the new session and to dead n1's queue.
+    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
+    cluster.nodes[0].restart();
+    cluster.nodes[0].wait_listening().await;
+    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
+
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(1_000)).await,
+        ));
+        if got.iter().filter(|p| p.starts_with("m-")).count() >= TOTAL as usize
+            && cluster.nodes[0].log_text().contains("session_handed_over")
+        {
+            // The handover came; what it brought is in by now or within the next drain.
+            got.extend(payloads(
+                &drain(&mut moved, Duration::from_millis(1_000)).await,
+            ));
+            break;
+        }
+    }
+    got.retain(|p| p != "probe");
+    let mut seen = std::collections::HashMap::<&str, u32>::new();
+    for payload in &got {
+        *seen.entry(payload.as_str()).or_default() += 1;
+    }
+    let missing = (0..TOTAL)
+        .filter(|i| !seen.contains_key(format!("m-{i}").as_str()))
+        .count();
+    let twice = seen.values().filter(|n| **n > 1).count();
+    assert!(
+        cluster.nodes[0].log_text().contains("session_handed_over"),
+        "n1 never handed its old session over:\n{}",
+        cluster.nodes[0].log_text()
+    );
+    assert_eq!(
+        (missing, twice),
+        (0, 0),
+        "lost, twice; n1:\n{}",
+        cluster.nodes[0].log_text()
+    );
+}
+
 /// Waits until `node`'s status for `peer` satisfies `check`.
 async fn wait_status(node: &Node, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -346,6 +346,9 @@ impl Channel {
                 ListenerRole::Cluster => cluster.peer_attached(&cell),
                 ListenerRole::Clients => {
                     await_handover = !connect.clean_start && !cluster.peers().is_empty();
+                    // Whatever kept other nodes' copies from an earlier session of this client
+                    // here is over: this connection's session takes them.
+                    cluster.clear_suppression(&cell.client_id);
                     cluster.event(ClusterEvent::ClientConnected {
                         client_id: cell.client_id.clone(),
                         clean_start: connect.clean_start,

@@ -44,6 +44,13 @@ impl Channel {
         };
         let stored = self.stored_subscriptions();
         self.send_ack(stored, Packet::SubAck(suback), out);
+        if self.info.listener.role == crate::ListenerRole::Clients {
+            if let (Some(cluster), Some(cell)) = (self.broker.router.cluster(), &self.cell) {
+                cluster.event(crate::cluster::ClusterEvent::Subscribed {
+                    client_id: cell.client_id.clone(),
+                });
+            }
+        }
         if !deliveries.is_empty() {
             self.with_session(out, |state, _| {
                 for delivery in deliveries {
