@@ -217,6 +217,9 @@ pub async fn start(
     })
 }
 
+/// A claim some nodes could not be asked: those nodes, the claim's `at`, until when.
+type AwayClaim = (Vec<Arc<str>>, u64, Instant);
+
 struct Node {
     ctx: LinkContext,
     answers: Option<mpsc::Receiver<Answer>>,
@@ -224,7 +227,7 @@ struct Node {
     pending: HashMap<String, (Vec<Arc<str>>, Instant)>,
     /// Claims some nodes could not be asked (away, not stopped for a restart): client id →
     /// those nodes, the claim's `at`, until when its client's first SUBSCRIBE marks.
-    away_claims: HashMap<Arc<str>, (Vec<Arc<str>>, u64, Instant)>,
+    away_claims: HashMap<Arc<str>, AwayClaim>,
     self_id: ChitchatId,
     grace: Duration,
     /// How long a held CONNACK waits for a stopped node's answer.
