@@ -398,6 +398,19 @@ async fn a_stored_session_follows_its_client_when_its_node_comes_back() {
     assert_eq!(got, expected, "n2:\n{}", cluster.nodes[1].log_text());
 }
 
+/// Connects `client_id` over MQTT 5 with a session kept 600 s (clean start off).
+async fn connect_persistent(
+    mqtt: std::net::SocketAddr,
+    client_id: &'static str,
+) -> (RawClient, hayate_codec::ConnAck) {
+    let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
+    let mut connect =
+        hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, client_id, false);
+    connect.properties.session_expiry_interval = Some(600);
+    let connack = client.connect(connect).await;
+    (client, connack)
+}
+
 /// Publishes `m-I` on `roll/x` at QoS 2 for each I, `gap` apart.
 async fn publish_numbered(publisher: &mut RawClient, range: std::ops::Range<u16>, gap: Duration) {
     for i in range {
@@ -420,14 +433,7 @@ async fn publish_numbered(publisher: &mut RawClient, range: std::ops::Range<u16>
 async fn a_session_moved_during_a_restart_gets_what_was_published_meanwhile() {
     const TOTAL: u16 = 3_000;
     let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
-    let connect_as = |mqtt: std::net::SocketAddr| async move {
-        let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
-        let mut connect =
-            hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "roll-sub", false);
-        connect.properties.session_expiry_interval = Some(600);
-        let connack = client.connect(connect).await;
-        (client, connack)
-    };
+    let connect_as = |mqtt| connect_persistent(mqtt, "roll-sub");
     let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
     sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
     // Another subscriber of the filter on n2: n3 routes it to n2 all along, so after the
@@ -526,14 +532,7 @@ async fn a_session_moved_during_a_restart_gets_what_was_published_meanwhile() {
 async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_merged() {
     const TOTAL: u16 = 1_000;
     let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
-    let connect_as = |mqtt: std::net::SocketAddr| async move {
-        let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
-        let mut connect =
-            hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "kill-sub", false);
-        connect.properties.session_expiry_interval = Some(600);
-        let connack = client.connect(connect).await;
-        (client, connack)
-    };
+    let connect_as = |mqtt| connect_persistent(mqtt, "kill-sub");
     let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
     sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
     let mut publisher = cluster.nodes[2].client("kill-pub", true).await;
