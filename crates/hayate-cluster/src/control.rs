@@ -377,6 +377,9 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
 /// here (even without a session: `from`'s CONNACK waits for it).
 pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Claim, now: Instant) {
     let mut wake = hayate_core::WakeList::new();
+    // The session leaves, its relay starts, the claimant's peer session takes its filters and
+    // the answer is queued ahead of anything relayed: one step for this node's routing.
+    let switch = broker.router.cluster().map(|cluster| cluster.exclusive());
     let peer = broker.registry.get(&format!(
         "{}{from}",
         hayate_core::cluster::PEER_CLIENT_PREFIX
@@ -402,6 +405,7 @@ pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Cla
             None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
         }
     }
+    drop(switch);
     for doorbell in wake {
         doorbell.notify_one();
     }

@@ -227,14 +227,19 @@ impl Broker {
             }
             return;
         };
-        let done = match &mut cell.state.lock().handover {
+        let (done, deadline) = match &mut cell.state.lock().handover {
             Handover::Relaying(relaying) if relaying.at == at => {
                 relaying.waiting.retain(|name| &**name != node);
-                relaying.waiting.is_empty()
+                (relaying.waiting.is_empty(), Some(relaying.deadline))
             }
-            Handover::Relaying(_) => false,
-            _ => true,
+            Handover::Relaying(_) => (false, None),
+            _ => (true, None),
         };
+        if let (false, Some(deadline)) = (done, deadline) {
+            // What `node` forwards after its mark reaches the new node directly: relayed too,
+            // it would arrive twice while other nodes' marks are still on their way.
+            cluster.suppress(Arc::from(client_id), at, vec![Arc::from(node)], deadline);
+        }
         if done {
             self.end_relay(&cell, now, wake);
             tracing::info!(client_id, "handover_relay_marked_by_every_node");

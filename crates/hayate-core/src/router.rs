@@ -345,6 +345,11 @@ impl Router {
         // subscriptions, to one member of the named groups, or both (`crate::cluster`).
         let scope = message.from_peer.as_deref();
         let plain = scope.is_none_or(|scope| scope.plain);
+        // On a cluster node, matched and queued as one step (`crate::cluster::Switch`).
+        let _switch = self
+            .cluster
+            .get()
+            .map(|cluster| cluster.routing(&message.topic));
         {
             let index = self.index.read();
             if plain {
