@@ -436,3 +436,29 @@ fn peer_record() -> SubscriptionRecord {
         subscription_id: Some(crate::cluster::PLAIN_ID),
     }
 }
+
+impl crate::router::Router {
+    /// Passes `delivery`, made for a session this node handed over, on to the node that has
+    /// the session now (`Handover::Relaying`), when another node forwarded it here.
+    pub(crate) fn relay(
+        &self,
+        cell: &Arc<SessionCell>,
+        to: &Arc<SessionCell>,
+        delivery: Delivery,
+        now: Instant,
+        wake: &mut WakeList,
+        outcome: &mut RouteOutcome,
+    ) {
+        if delivery.message.from_peer.is_none() {
+            return;
+        }
+        let Some(message) = self
+            .cluster()
+            .and_then(|cluster| cluster.relay_message(&cell.client_id, &delivery, now))
+        else {
+            return;
+        };
+        let relayed = Delivery::new(Arc::new(message), hayate_codec::QoS::AtLeastOnce, false);
+        self.enqueue(to, relayed, None, now, wake, outcome);
+    }
+}
