@@ -21,12 +21,19 @@ pub struct HandedOver {
     /// Packet ids of the client's QoS 2 messages routed and waiting for PUBREL: a
     /// retransmission to the new node is acknowledged, not routed again [MQTT-4.3.3-10].
     pub inbound_qos2: Vec<u16>,
+    /// Packet ids of QoS 2 messages to the client whose PUBREC came and PUBCOMP not, in send
+    /// order: the new node sends their PUBREL again [MQTT-4.4.0-1] (a client that hands the
+    /// message to its application at PUBREL has not delivered it yet).
+    pub released: Vec<u16>,
 }
 
 impl HandedOver {
     /// Nothing to hand over.
     pub fn is_empty(&self) -> bool {
-        self.subscriptions.is_empty() && self.deliveries.is_empty() && self.inbound_qos2.is_empty()
+        self.subscriptions.is_empty()
+            && self.deliveries.is_empty()
+            && self.inbound_qos2.is_empty()
+            && self.released.is_empty()
     }
 }
 
@@ -112,6 +119,7 @@ impl Broker {
                         .iter()
                         .map(|(filter, record)| (filter.clone(), *record))
                         .collect(),
+                    released: state.session.released_ids(),
                     deliveries: state.session.take_all_deliveries(),
                     inbound_qos2: state.session.inbound_qos2_ids(),
                 }
@@ -331,6 +339,9 @@ impl Broker {
             let mut state = cell.state.lock();
             for id in handed.inbound_qos2 {
                 state.session.restore_inbound_qos2(id);
+            }
+            for id in handed.released {
+                state.session.restore_released_id(id);
             }
             if let Handover::Awaited(awaited) = &mut state.handover {
                 awaited.received = true;
