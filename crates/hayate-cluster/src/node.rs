@@ -204,6 +204,7 @@ pub async fn start(
             self_name: Arc::from(config.node_name.as_str()),
             secret: config.secret.as_deref().map(Arc::from),
             durable,
+            grace,
         },
         self_id,
         grace,
