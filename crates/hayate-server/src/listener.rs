@@ -406,7 +406,7 @@ async fn accept_loop(
 }
 
 /// Runs the TLS / PSK / WebSocket handshake (at most `max_concurrent_handshakes` at once per
-/// listener, all within the connect timeout), then serves the connection.
+/// listener, all within the connect timeout), then starts the connection's task.
 async fn handshake_then_serve<G: Send + 'static>(
     stream: TcpStream,
     mut info: ConnectionInfo,
@@ -438,16 +438,17 @@ async fn handshake_then_serve<G: Send + 'static>(
         }
     };
     info.transport_identity = identity.map(Arc::from);
+    // The connection gets a task of its own, the size of its `Connection::run`: served from
+    // this one, every connection would keep the space of this future's arguments and of the
+    // handshake (several KiB) for its whole life.
     match transport {
         Handshaken::Stream(stream) => {
-            Connection::new(Polled::new(stream), info, broker, settings, shutdown)
-                .run(guard)
-                .await
+            let connection = Connection::new(Polled::new(stream), info, broker, settings, shutdown);
+            tokio::spawn(connection.run(guard));
         }
         Handshaken::Tls(tls) => {
-            Connection::new(*tls, info, broker, settings, shutdown)
-                .run(guard)
-                .await
+            let connection = Connection::new(*tls, info, broker, settings, shutdown);
+            tokio::spawn(connection.run(guard));
         }
     }
 }
