@@ -426,8 +426,10 @@ fn relay_waiting(
     let marked = cluster.suppressed_nodes(client_id, at);
     let mut waiting = cluster.nodes();
     waiting.retain(|node| !marked.contains(node));
+    // The claimant marks when it takes the session over, unless it marked already (a fence:
+    // its client subscribed there while this node was away).
     if let Some(name) = to.client_id.strip_prefix(PEER_CLIENT_PREFIX) {
-        if !waiting.iter().any(|n| &**n == name) {
+        if !waiting.iter().any(|n| &**n == name) && !marked.iter().any(|n| &**n == name) {
             waiting.push(Arc::from(name));
         }
     }

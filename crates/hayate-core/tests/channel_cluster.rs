@@ -602,6 +602,40 @@ fn a_nodes_copies_after_its_mark_are_not_relayed() {
     assert_eq!(routes.len(), 0);
 }
 
+/// After a kill -9 the claimant marked when its client subscribed (a fence), before its claim
+/// was answered here: it is not waited for again at the handover (it marks nothing more for
+/// this claim), so relaying ends with the other nodes' marks, not at the deadline while
+/// relaying the claimant's own copies back to it.
+#[test]
+fn a_claimant_that_marked_before_the_handover_is_not_waited_for() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let _peer2 = peer(&harness, "n2", &[]);
+    routes.set_nodes(vec!["n2".into(), "n3".into()]);
+    let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    client.subscribe("o/#", QoS::AtLeastOnce);
+    client.received();
+    let mut wake = Vec::new();
+    harness
+        .broker
+        .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
+    harness
+        .broker
+        .hand_over(
+            "c",
+            false,
+            CLAIM,
+            harness.session("$cluster/n2").as_ref(),
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session here");
+    assert_eq!(routes.len(), 1, "relaying for n3");
+    harness
+        .broker
+        .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake);
+    assert_eq!(routes.len(), 0, "n2 is not waited for");
+}
+
 /// A node that never marks (its link to the claiming node is down) leaves the session relaying
 /// only until `handover_relay_secs`.
 #[test]
