@@ -126,8 +126,14 @@ impl Broker {
             };
             // Under the same lock as the deliveries taken: a forwarded message either went
             // with the session or is relayed, never both, never neither.
+            // Every node marked already (the claimant's client subscribed there while this
+            // node was away, and the answer waited for the stored queue): nothing more can
+            // arrive to relay.
             let relaying = match relay {
-                Some(relay) if handed.subscriptions.iter().any(|(f, _)| !is_shared(f)) => {
+                Some(relay)
+                    if !relay.waiting.is_empty()
+                        && handed.subscriptions.iter().any(|(f, _)| !is_shared(f)) =>
+                {
                     state.handover = Handover::Relaying(Box::new(relay));
                     true
                 }

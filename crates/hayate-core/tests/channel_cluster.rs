@@ -636,6 +636,38 @@ fn a_claimant_that_marked_before_the_handover_is_not_waited_for() {
     assert_eq!(routes.len(), 0, "n2 is not waited for");
 }
 
+/// When every node marked before the handover (the answer waited for the session's stored
+/// queue meanwhile), there is nothing left to relay: the session ends at once instead of
+/// relaying until `handover_relay_secs`.
+#[test]
+fn a_session_every_node_marked_for_ends_at_the_handover() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let _peer2 = peer(&harness, "n2", &[]);
+    routes.set_nodes(vec!["n2".into(), "n3".into()]);
+    let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
+    client.subscribe("o/#", QoS::AtLeastOnce);
+    client.received();
+    let mut wake = Vec::new();
+    for node in ["n3", "n2"] {
+        harness
+            .broker
+            .relay_marked("c", node, CLAIM, harness.now(), &mut wake);
+    }
+    harness
+        .broker
+        .hand_over(
+            "c",
+            false,
+            CLAIM,
+            harness.session("$cluster/n2").as_ref(),
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session here");
+    assert_eq!(routes.len(), 0, "not relaying");
+    assert_eq!(routes.relaying_count(), 0);
+}
+
 /// A node that never marks (its link to the claiming node is down) leaves the session relaying
 /// only until `handover_relay_secs`.
 #[test]
