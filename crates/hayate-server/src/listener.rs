@@ -437,8 +437,8 @@ async fn handshake_then_serve<G: Send + 'static>(
         }
     };
     info.transport_identity = identity.map(Arc::from);
-    Connection::new(Polled::new(transport), info, broker, settings, shutdown)
-        .run(guard)
+    Connection::new(Polled::new(transport), info, broker, settings)
+        .run(shutdown, guard)
         .await;
 }
 

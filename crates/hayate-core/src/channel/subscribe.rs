@@ -44,7 +44,7 @@ impl Channel {
         };
         let stored = self.stored_subscriptions();
         self.send_ack(stored, Packet::SubAck(suback), out);
-        if self.info.listener.role == crate::ListenerRole::Clients {
+        if self.listener().role == crate::ListenerRole::Clients {
             if let (Some(cluster), Some(cell)) = (self.broker.router.cluster(), &self.cell) {
                 cluster.event(crate::cluster::ClusterEvent::Subscribed {
                     client_id: cell.client_id.clone(),
