@@ -575,12 +575,18 @@ mod tests {
         );
         let task = connection.run(shutdown, ());
         let size = std::mem::size_of_val(&task);
-        // 680 (696 in the server, whose guard is 16 bytes): with tokio's task header and
-        // trailer (104 bytes) the task's allocation is 896 bytes, in steps of 128 (the task
-        // cell is aligned to 128). At most 664 in the server would make it 768.
-        assert!(size <= 680, "connection future is {size} bytes");
-        eprintln!("connection future: {size} bytes");
+        // 648 here, 664 in the server (whose guard is 16 bytes): with tokio's task header,
+        // scheduler handle, stage tag and trailer (104 bytes) the task's allocation is 768
+        // bytes, which grows in steps of 128 (tokio aligns the task cell to 128). A few bytes
+        // more in the server make it 896: measure P6 before raising this.
+        assert!(size <= 648, "connection future is {size} bytes");
+        eprintln!(
+            "connection future: {size} bytes (connection {}, channel {})",
+            std::mem::size_of::<Connection<Tcp>>(),
+            std::mem::size_of::<Channel>()
+        );
+        // Every session holds one, idle or not.
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
-        assert!(session <= 512, "SessionState is {session} bytes");
+        assert!(session <= 256, "SessionState is {session} bytes");
     }
 }
