@@ -10,8 +10,10 @@
 #   w8: the bridge-swarm write-up's shape over TLS-PSK: 3,000 clients, one 500 B QoS 1 message
 #       every 6 s each, QoS 1 subscriber, 60 s (6 s warm-up), PSK-AES128-GCM-SHA256. Hayate
 #       (OpenSSL PSK listener) and Mosquitto (FlashMQ has no TLS-PSK).
+#   w8tls: the same shape over certificate TLS (a self-signed P-256 certificate made here, the
+#       clients do not verify it): Hayate's rustls listener and Mosquitto's OpenSSL one.
 #
-#   RESULTS=/tmp/w scripts/bench/issue9-extra.sh [w5] [w7] [w8]
+#   RESULTS=/tmp/w scripts/bench/issue9-extra.sh [w5] [w7] [w8] [w8tls]
 #   scripts/bench/summarize.sh "$RESULTS"    # markdown tables from the JSON
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 REPEAT="${REPEAT:-2}"
@@ -76,6 +78,40 @@ EOF
         swarm -c 3000 --every 6 -d 60 --warmup 6 -q 1 --sub-qos 1 -s 500 \
         --psk-identity bench --psk "$key" --psk-ciphers PSK-AES128-GCM-SHA256 --progress 0 \
         2>&1 | tee "$RESULTS/$name.txt" || echo "FAILED: $name" | tee -a "$RESULTS/log.txt" >&2
+    stop_brokers
+}
+
+w8tls() {
+    local name=w8-swarm-3k-tls
+    log "$name"
+    local dir="$RESULTS/$name"
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=localhost -addext subjectAltName=DNS:localhost \
+        -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null
+    chmod 644 "$dir/key.pem"
+    if [ "$(id -u)" = 0 ] && id mosquitto >/dev/null 2>&1; then chown -R mosquitto: "$dir"; fi
+    local hayate_tls mosq_tls
+    hayate_tls=$(free_port)
+    cat >"$dir/hayate.toml" <<EOF
+[[listener]]
+bind = "127.0.0.1:$hayate_tls"
+transport = "mqtts"
+cert_file = "$dir/cert.pem"
+key_file = "$dir/key.pem"
+EOF
+    start_hayate "$name" --log-level warn -c "$dir/hayate.toml"
+    wait_port "$hayate_tls"
+    mosq_tls=$(free_port)
+    start_mosquitto "$name" "log_type error" "log_type warning" "listener $mosq_tls 127.0.0.1" \
+        "certfile $dir/cert.pem" "keyfile $dir/key.pem"
+    wait_port "$mosq_tls"
+    "$HAYATE" bench compare \
+        --target "hayate-tls=127.0.0.1:$hayate_tls,pid=$HAYATE_PID" \
+        --target "mosquitto-tls=127.0.0.1:$mosq_tls,pid=$MOSQ_PID" \
+        --repeat "$REPEAT" --compare-json "$RESULTS/$name.json" --report "$RESULTS/$name.html" \
+        swarm -c 3000 --every 6 -d 60 --warmup 6 -q 1 --sub-qos 1 -s 500 --insecure \
+        --progress 0 2>&1 | tee "$RESULTS/$name.txt" || echo "FAILED: $name" | tee -a "$RESULTS/log.txt" >&2
     stop_brokers
 }
 

@@ -43,6 +43,7 @@ def log(msg):
 class Node:
     def __init__(self, binary, workdir, name, extra):
         self.binary, self.name, self.extra = binary, name, extra
+        self.log_level = "info"
         self.mqtt_port = free_port()
         self.cluster_port = free_port()
         self.data_dir = os.path.join(workdir, name)
@@ -52,7 +53,7 @@ class Node:
         self.starts = 0
 
     def start(self):
-        args = [self.binary, "serve", "--log-level", "info",
+        args = [self.binary, "serve", "--log-level", self.log_level,
                 "-l", f"127.0.0.1:{self.mqtt_port}", "--data-dir", self.data_dir,
                 "--node-name", self.name, "--cluster-listen", f"127.0.0.1:{self.cluster_port}"]
         if self.join:
@@ -261,6 +262,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--workdir", default=None, help="data directories and node logs (default: a temporary directory, kept)")
     ap.add_argument("--json", default=None, help="write the counts as JSON here")
+    ap.add_argument("--log-level", default="info",
+                    help="the nodes' --log-level (a level or tracing filter directives, e.g. info,hayate_core=debug)")
     ap.add_argument("--node-arg", action="append", default=[], help="extra argument for every hayate serve")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
@@ -271,6 +274,8 @@ def main():
     log(f"soak: {a.minutes} min, seed {seed}, binary {binary}, workdir {workdir}")
 
     nodes = [Node(binary, workdir, f"n{i + 1}", a.node_arg) for i in range(3)]
+    for node in nodes:
+        node.log_level = a.log_level
     for n in nodes:
         n.join = [f"127.0.0.1:{m.cluster_port}" for m in nodes if m is not n]
     for n in nodes:

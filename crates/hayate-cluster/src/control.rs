@@ -189,6 +189,13 @@ pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: I
             &mut payload,
         );
     }
+    for id in handed.released.iter().filter_map(|id| PacketId::new(*id)) {
+        let _ = encode(
+            &Packet::PubRel(PubResp::new(id)),
+            ProtocolVersion::V5,
+            &mut payload,
+        );
+    }
     Message::new(
         SESSION_TOPIC.into(),
         payload.freeze(),
@@ -338,6 +345,7 @@ fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
             }
             Packet::Publish(publish) => handed.deliveries.push(delivery(publish, now)),
             Packet::PubRec(rec) => handed.inbound_qos2.push(rec.packet_id.get()),
+            Packet::PubRel(rel) => handed.released.push(rel.packet_id.get()),
             _ => return None,
         }
     }
@@ -377,6 +385,9 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
 /// here (even without a session: `from`'s CONNACK waits for it).
 pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Claim, now: Instant) {
     let mut wake = hayate_core::WakeList::new();
+    // The session leaves, its relay starts, the claimant's peer session takes its filters and
+    // the answer is queued ahead of anything relayed: one step for this node's routing.
+    let switch = broker.router.cluster().map(|cluster| cluster.exclusive());
     let peer = broker.registry.get(&format!(
         "{}{from}",
         hayate_core::cluster::PEER_CLIENT_PREFIX
@@ -402,6 +413,7 @@ pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Cla
             None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
         }
     }
+    drop(switch);
     for doorbell in wake {
         doorbell.notify_one();
     }
@@ -529,6 +541,7 @@ mod tests {
             )],
             deliveries: vec![delivery],
             inbound_qos2: vec![3, 9],
+            released: vec![12, 4],
         };
         let claim = Claim {
             client_id: "c1".into(),
@@ -550,6 +563,7 @@ mod tests {
         assert!(d.maybe_sent);
         assert_eq!(d.subscription_ids, vec![9]);
         assert_eq!(back.inbound_qos2, vec![3, 9]);
+        assert_eq!(back.released, vec![12, 4], "in send order");
         let left = d.message.expires_at.unwrap().duration_since(now);
         assert!(left <= Duration::from_secs(30) && left >= Duration::from_secs(28));
     }

@@ -52,6 +52,9 @@ pub(crate) struct LinkContext {
     pub secret: Option<Arc<str>>,
     /// The node keeps its sessions in a store (see `crate::start`).
     pub durable: bool,
+    /// How long another node keeps this one's peer session once it is dead
+    /// (`dead_node_grace_secs`): a durable ingress session is kept a minute longer.
+    pub grace: Duration,
     /// Answers to this node's claims, for the node task.
     pub answers: mpsc::Sender<Answer>,
     /// Marks each link publishes on its node after the route deltas before them (sessions
@@ -159,7 +162,7 @@ impl Link {
             }
         }
         if self.ingress.is_none() {
-            self.ingress = Some(self.open_ingress()?);
+            self.ingress = Some(self.open_ingress(fresh)?);
         }
         let (routes, feed) = self.ctx.routes.snapshot();
         self.sync_routes(&mut client, routes, fresh)?;
@@ -181,7 +184,13 @@ impl Link {
     }
 
     /// The ingress: this node's in-process connection for what the other node forwards.
-    fn open_ingress(&self) -> Result<InProcess, ClusterError> {
+    ///
+    /// On a durable node its session is stored, and resumed when the link resumed its
+    /// session on the other node (`fresh` false): the inbound QoS 2 ids it remembers then
+    /// survive this node's restart, so a QoS 2 message the other node sends again because
+    /// its PUBREC was lost in the restart is acknowledged, not routed a second time
+    /// [MQTT-4.3.3-10]. A new session there (`fresh`) starts a new one here.
+    fn open_ingress(&self, fresh: bool) -> Result<InProcess, ClusterError> {
         let now = Instant::now();
         let info = ConnectionInfo {
             listener: Arc::new(ListenerInfo {
@@ -194,7 +203,7 @@ impl Link {
         let mut ingress = InProcess::new(self.ctx.broker.clone(), info, now);
         let connect = Connect {
             protocol: ProtocolVersion::V5,
-            clean_start: true,
+            clean_start: fresh || !self.ctx.durable,
             keep_alive: 0,
             client_id: format!("{INGRESS_CLIENT_PREFIX}{}", self.peer)
                 .as_str()
@@ -205,6 +214,11 @@ impl Link {
             properties: Properties {
                 // As many in flight as the other node sends: its session's window bounds it.
                 receive_maximum: Some(u16::MAX),
+                session_expiry_interval: self.ctx.durable.then(|| {
+                    (self.ctx.grace + Duration::from_secs(60))
+                        .as_secs()
+                        .min(u64::from(u32::MAX)) as u32
+                }),
                 ..Properties::default()
             },
             bridge: false,

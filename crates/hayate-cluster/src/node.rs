@@ -10,7 +10,7 @@ use chitchat::{
     spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState,
 };
 use hayate_codec::QoS;
-use hayate_core::cluster::{ClusterEvent, ClusterRoutes, PEER_CLIENT_PREFIX};
+use hayate_core::cluster::{ClusterEvent, ClusterRoutes, Fence, PEER_CLIENT_PREFIX};
 use hayate_core::router::RouteOutcome;
 use hayate_core::{Broker, Delivery, WakeList};
 use std::collections::{BTreeMap, HashMap};
@@ -126,6 +126,12 @@ pub fn attach(broker: &Broker, config: &ClusterConfig) -> Result<Arc<ClusterRout
     routes.set_relay_encoder(hayate_core::cluster::RelayEncoder(Box::new(
         crate::control::relay_message,
     )));
+    let self_name: Arc<str> = Arc::from(config.node_name.as_str());
+    routes.set_fence_hook(hayate_core::cluster::FenceHook(Box::new(
+        move |broker, client_id, fence, now, wake| {
+            crate::relay::run_fence(&self_name, broker, client_id, fence, now, wake)
+        },
+    )));
     if !broker.router.attach_cluster(routes.clone()) {
         return Err(ClusterError::Gossip(
             "the broker is already in a cluster".into(),
@@ -189,7 +195,6 @@ pub async fn start(
     let node = Node {
         answers: Some(answers_rx),
         pending: HashMap::new(),
-        away_claims: HashMap::new(),
         ctx: LinkContext {
             answers,
             marks: Arc::new(crate::relay::MarkBoard::new()),
@@ -199,6 +204,7 @@ pub async fn start(
             self_name: Arc::from(config.node_name.as_str()),
             secret: config.secret.as_deref().map(Arc::from),
             durable,
+            grace,
         },
         self_id,
         grace,
@@ -217,17 +223,11 @@ pub async fn start(
     })
 }
 
-/// A claim some nodes could not be asked: those nodes, the claim's `at`, until when.
-type AwayClaim = (Vec<Arc<str>>, u64, Instant);
-
 struct Node {
     ctx: LinkContext,
     answers: Option<mpsc::Receiver<Answer>>,
     /// Claims whose CONNACK waits for answers: client id → nodes still to answer, deadline.
     pending: HashMap<String, (Vec<Arc<str>>, Instant)>,
-    /// Claims some nodes could not be asked (away, not stopped for a restart): client id →
-    /// those nodes, the claim's `at`, until when its client's first SUBSCRIBE marks.
-    away_claims: HashMap<Arc<str>, AwayClaim>,
     self_id: ChitchatId,
     grace: Duration,
     /// How long a held CONNACK waits for a stopped node's answer.
@@ -336,9 +336,13 @@ impl Node {
                 if !clean_start && !away.is_empty() {
                     // Their answer may come much later: the client starts a new session here
                     // meanwhile, and marks when it subscribes (`relay::fence`).
-                    self.away_claims.insert(
+                    self.ctx.routes.await_fence(
                         client_id.clone(),
-                        (away, claim.at, Instant::now() + self.grace),
+                        Fence {
+                            away,
+                            at,
+                            until: Instant::now() + self.grace,
+                        },
                     );
                 }
                 if await_handover {
@@ -356,17 +360,8 @@ impl Node {
                     }
                 }
             }
-            ClusterEvent::Subscribed { client_id } => {
-                if let Some((away, at, until)) = self.away_claims.remove(&client_id) {
-                    let now = Instant::now();
-                    if now < until {
-                        let mut wake = WakeList::new();
-                        crate::relay::fence(&self.ctx, &client_id, &away, at, now, &mut wake);
-                        for doorbell in wake {
-                            doorbell.notify_one();
-                        }
-                    }
-                }
+            ClusterEvent::Fenced { client_id, fence } => {
+                crate::relay::post_fence(&self.ctx, &client_id, &fence, Instant::now());
             }
         }
     }
@@ -469,7 +464,7 @@ impl Node {
     /// Claims that waited too long for answers: their CONNACK goes out now.
     fn expire_pending(&mut self) {
         let now = Instant::now();
-        self.away_claims.retain(|_, (_, _, until)| *until > now);
+        self.ctx.routes.expire_fences(now);
         let expired: Vec<String> = self
             .pending
             .iter()

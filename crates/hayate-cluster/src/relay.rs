@@ -6,9 +6,9 @@
 use crate::control::{Mark, SessionAnswer};
 use crate::link::LinkContext;
 use hayate_codec::QoS;
-use hayate_core::cluster::PEER_CLIENT_PREFIX;
+use hayate_core::cluster::{ClusterRoutes, Fence, PEER_CLIENT_PREFIX};
 use hayate_core::router::RouteOutcome;
-use hayate_core::{Arrival, Delivery, WakeList};
+use hayate_core::{Arrival, Broker, Delivery, WakeList};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -93,7 +93,10 @@ impl MarkBoard {
 /// what every other node forwards for it (the old node relays that until the node's mark),
 /// then takes it, then marks the end of what this node routed to `old` (in its peer session
 /// here) and posts the mark for every other node's link. Without plain subscriptions nothing
-/// is relayed and nothing is marked.
+/// is relayed and nothing is marked. The take-over and the mark in the old node's peer session
+/// are one step for this node's routing (`ClusterRoutes::exclusive`): a message published
+/// here goes either to `old` before the mark (relayed from there) or to the session, never
+/// both, never neither.
 pub(crate) fn take_over(
     ctx: &LinkContext,
     old: &Arc<str>,
@@ -124,6 +127,7 @@ pub(crate) fn take_over(
         .into_iter()
         .filter(|node| node != old && node != self_name)
         .collect();
+    let _switch = routes.exclusive();
     if relayed {
         // Half the old node's relay deadline: should a mark never come back, copies arrive
         // twice for a while rather than not at all.
@@ -150,18 +154,13 @@ pub(crate) fn take_over(
         new: self_name.clone(),
         at: answer.at,
     };
-    post_mark(ctx, &mark, &others, now, wake);
+    queue_mark(broker, &mark, now, wake);
+    tracing::debug!(client_id = %mark.client_id, ?others, at = mark.at, "cluster_marks_posted");
+    ctx.marks.post(&mark, &others, now);
 }
 
-/// Queues `mark` in the old node's peer session here and posts it for `others`' links.
-fn post_mark(
-    ctx: &LinkContext,
-    mark: &Mark,
-    others: &[Arc<str>],
-    now: Instant,
-    wake: &mut WakeList,
-) {
-    let broker = &ctx.broker;
+/// Queues `mark` in the old node's peer session here, behind what this node routed to it.
+fn queue_mark(broker: &Broker, mark: &Mark, now: Instant, wake: &mut WakeList) {
     if let Some(cell) = broker
         .registry
         .get(&format!("{PEER_CLIENT_PREFIX}{}", mark.old))
@@ -172,37 +171,76 @@ fn post_mark(
             .router
             .deliver(&cell, delivery, now, wake, &mut outcome);
     }
-    tracing::debug!(client_id = %mark.client_id, ?others, at = mark.at, "cluster_marks_posted");
-    ctx.marks.post(mark, others, now);
 }
 
-/// A client of this node's that resumed its session while some nodes could not be asked for
-/// it (`away`: dead, not stopped for a restart) subscribed, with a new session here: marks,
-/// for each of them, from when the other nodes' copies reach this session directly. Back,
-/// such a node keeps what comes after its mark from the old session (it would arrive twice
-/// once that session is handed over here), and relays only what came before.
-pub(crate) fn fence(
-    ctx: &LinkContext,
+/// The other nodes than `away` (and this one).
+fn others_than(routes: &ClusterRoutes, away: &[Arc<str>], self_name: &str) -> Vec<Arc<str>> {
+    routes
+        .nodes()
+        .into_iter()
+        .filter(|node| !away.contains(node) && **node != *self_name)
+        .collect()
+}
+
+/// The fence hook (`hayate_core::cluster::fence`): a client of this node's that resumed its
+/// session while some nodes could not be asked for it (`fence.away`: dead, not stopped for a
+/// restart) subscribes, with a new session here. Run with the switch lock held exclusively,
+/// before its subscriptions are made. For each away node it marks, in that node's peer
+/// session here, from when this node's copies reach the new session directly; the other
+/// nodes' copies are kept from the session until their own marks come back ([`post_fence`]
+/// has them published after the route deltas): what they routed before their mark goes to the
+/// old session, which the away node, back, hands over. Back, such a node keeps what comes
+/// after each node's mark from the old session (it would arrive twice once that session is
+/// handed over here).
+pub(crate) fn run_fence(
+    self_name: &Arc<str>,
+    broker: &Broker,
     client_id: &Arc<str>,
-    away: &[Arc<str>],
-    at: u64,
+    fence: &Fence,
     now: Instant,
     wake: &mut WakeList,
 ) {
-    let known = ctx.routes.nodes();
-    for old in away {
+    let Some(routes) = broker.router.cluster() else {
+        return;
+    };
+    let others = others_than(routes, &fence.away, self_name);
+    routes.suppress(
+        client_id.clone(),
+        fence.at,
+        others,
+        now + routes.relay_timeout() / 2,
+    );
+    for old in &fence.away {
+        let mark = Mark {
+            client_id: client_id.clone(),
+            old: old.clone(),
+            new: self_name.clone(),
+            at: fence.at.as_nanos(),
+        };
+        queue_mark(broker, &mark, now, wake);
+    }
+}
+
+/// After [`run_fence`] and the SUBSCRIBE's subscriptions (their route deltas are out): posts
+/// the fence's marks for every other node's link, and remembers that the session marked, so
+/// that taking the old session over later suppresses nothing.
+pub(crate) fn post_fence(ctx: &LinkContext, client_id: &Arc<str>, fence: &Fence, now: Instant) {
+    let at = fence.at.as_nanos();
+    for old in &fence.away {
         let mark = Mark {
             client_id: client_id.clone(),
             old: old.clone(),
             new: ctx.self_name.clone(),
             at,
         };
-        let others: Vec<Arc<str>> = known
-            .iter()
-            .filter(|node| *node != old && **node != ctx.self_name)
-            .cloned()
+        let others: Vec<Arc<str>> = ctx
+            .routes
+            .nodes()
+            .into_iter()
+            .filter(|node| node != old && *node != ctx.self_name)
             .collect();
-        post_mark(ctx, &mark, &others, now, wake);
+        tracing::debug!(%client_id, ?others, at, "cluster_fence_marks_posted");
+        ctx.marks.post(&mark, &others, now);
     }
     ctx.marks
         .fenced

@@ -17,7 +17,14 @@
 //! broker that is not in a cluster never creates it and pays one `OnceLock` load per
 //! subscription change.
 
+mod fence;
+mod switch;
+
+pub use fence::{Fence, FenceFn, FenceHook};
+pub use switch::Switch;
+
 use crate::registry::SessionCell;
+use crate::router::WakeList;
 use hayate_session::{Arrival, Delivery, Message, PeerScope};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -128,12 +135,15 @@ pub enum ClusterEvent {
         /// one wins.
         at: Arrival,
     },
-    /// A client connected here subscribed (a node that could not be asked for its older
-    /// session marks, on every node, from when its copies reach this session directly;
-    /// `docs/CLUSTER.md`, "Relay after a handover").
-    Subscribed {
+    /// A client connected here subscribed for the first time with a fence waiting
+    /// ([`ClusterRoutes::await_fence`]), and its marks went into the away nodes' peer
+    /// sessions here: the links publish them on the other nodes now, after the route deltas
+    /// of the subscriptions (`docs/CLUSTER.md`, "Relay after a handover").
+    Fenced {
         /// Its client identifier.
         client_id: Arc<str>,
+        /// The fence that ran.
+        fence: Fence,
     },
 }
 
@@ -169,6 +179,11 @@ pub struct ClusterRoutes {
     /// Sessions handed over and relaying, by client identifier
     /// (`crate::registry::Handover::Relaying`).
     relays: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
+    /// Routing and the changes that move a client's messages between nodes exclude each
+    /// other (`switch`).
+    switch: switch::SwitchLock,
+    /// Fences waiting for their client's first SUBSCRIBE (`fence`).
+    fences: fence::Fences,
 }
 
 /// See [`ClusterRoutes::suppress`].
@@ -243,6 +258,8 @@ impl ClusterRoutes {
             relay_timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_RELAY_TIMEOUT_MS),
             relay_encoder: std::sync::OnceLock::new(),
             relays: Mutex::new(HashMap::new()),
+            switch: switch::SwitchLock::default(),
+            fences: fence::Fences::default(),
             nodes: RwLock::new(Vec::new()),
             suppressed: Mutex::new(Vec::new()),
             suppressing: std::sync::atomic::AtomicBool::new(false),
@@ -564,6 +581,52 @@ impl ClusterRoutes {
     /// A client's QoS 1/2 PUBLISH is refused now (split, and the policy says so).
     pub fn refuses_publish(&self) -> bool {
         !self.split_policy.allow_publish && self.is_split()
+    }
+
+    /// Excludes routing on this node until dropped: for a change of where a client's messages
+    /// go that must not fall between the two halves of a route (see the `switch` module).
+    /// Nested in a guard this thread holds already, it takes nothing.
+    pub fn exclusive(&self) -> Switch<'_> {
+        self.switch.take(true)
+    }
+
+    /// Held while routing `topic`: shared, except for a node's control message (`$cluster/`,
+    /// a mark), which is routed exclusively.
+    pub(crate) fn routing(&self, topic: &str) -> Switch<'_> {
+        self.switch.take(topic.starts_with(PEER_CLIENT_PREFIX))
+    }
+
+    /// `client_id`'s session here was started while `fence.away` could not be asked for
+    /// its older one: its first SUBSCRIBE runs the fence hook.
+    pub fn await_fence(&self, client_id: Arc<str>, fence: Fence) {
+        self.fences.insert(client_id, fence);
+    }
+
+    /// Drops the fences that waited too long.
+    pub fn expire_fences(&self, now: std::time::Instant) {
+        self.fences.expire(now);
+    }
+
+    /// Installs what runs a fence; false if one was installed already.
+    pub fn set_fence_hook(&self, hook: FenceHook) -> bool {
+        self.fences.set_hook(hook)
+    }
+
+    /// `client_id`'s waiting fence, if any (it runs once).
+    pub(crate) fn take_fence(&self, client_id: &str, now: std::time::Instant) -> Option<Fence> {
+        self.fences.take(client_id, now)
+    }
+
+    /// Runs `fence` (call with [`ClusterRoutes::exclusive`] held).
+    pub(crate) fn run_fence(
+        &self,
+        broker: &crate::Broker,
+        client_id: &Arc<str>,
+        fence: &Fence,
+        now: std::time::Instant,
+        wake: &mut WakeList,
+    ) {
+        self.fences.run(broker, client_id, fence, now, wake);
     }
 
     /// The receiver of [`ClusterEvent`]s, once (for the cluster task).

@@ -21,12 +21,19 @@ pub struct HandedOver {
     /// Packet ids of the client's QoS 2 messages routed and waiting for PUBREL: a
     /// retransmission to the new node is acknowledged, not routed again [MQTT-4.3.3-10].
     pub inbound_qos2: Vec<u16>,
+    /// Packet ids of QoS 2 messages to the client whose PUBREC came and PUBCOMP not, in send
+    /// order: the new node sends their PUBREL again [MQTT-4.4.0-1] (a client that hands the
+    /// message to its application at PUBREL has not delivered it yet).
+    pub released: Vec<u16>,
 }
 
 impl HandedOver {
     /// Nothing to hand over.
     pub fn is_empty(&self) -> bool {
-        self.subscriptions.is_empty() && self.deliveries.is_empty() && self.inbound_qos2.is_empty()
+        self.subscriptions.is_empty()
+            && self.deliveries.is_empty()
+            && self.inbound_qos2.is_empty()
+            && self.released.is_empty()
     }
 }
 
@@ -112,6 +119,7 @@ impl Broker {
                         .iter()
                         .map(|(filter, record)| (filter.clone(), *record))
                         .collect(),
+                    released: state.session.released_ids(),
                     deliveries: state.session.take_all_deliveries(),
                     inbound_qos2: state.session.inbound_qos2_ids(),
                 }
@@ -227,14 +235,19 @@ impl Broker {
             }
             return;
         };
-        let done = match &mut cell.state.lock().handover {
+        let (done, deadline) = match &mut cell.state.lock().handover {
             Handover::Relaying(relaying) if relaying.at == at => {
                 relaying.waiting.retain(|name| &**name != node);
-                relaying.waiting.is_empty()
+                (relaying.waiting.is_empty(), Some(relaying.deadline))
             }
-            Handover::Relaying(_) => false,
-            _ => true,
+            Handover::Relaying(_) => (false, None),
+            _ => (true, None),
         };
+        if let (false, Some(deadline)) = (done, deadline) {
+            // What `node` forwards after its mark reaches the new node directly: relayed too,
+            // it would arrive twice while other nodes' marks are still on their way.
+            cluster.suppress(Arc::from(client_id), at, vec![Arc::from(node)], deadline);
+        }
         if done {
             self.end_relay(&cell, now, wake);
             tracing::info!(client_id, "handover_relay_marked_by_every_node");
@@ -327,6 +340,9 @@ impl Broker {
             for id in handed.inbound_qos2 {
                 state.session.restore_inbound_qos2(id);
             }
+            for id in handed.released {
+                state.session.restore_released_id(id);
+            }
             if let Handover::Awaited(awaited) = &mut state.handover {
                 awaited.received = true;
             }
@@ -410,8 +426,10 @@ fn relay_waiting(
     let marked = cluster.suppressed_nodes(client_id, at);
     let mut waiting = cluster.nodes();
     waiting.retain(|node| !marked.contains(node));
+    // The claimant marks when it takes the session over, unless it marked already (a fence:
+    // its client subscribed there while this node was away).
     if let Some(name) = to.client_id.strip_prefix(PEER_CLIENT_PREFIX) {
-        if !waiting.iter().any(|n| &**n == name) {
+        if !waiting.iter().any(|n| &**n == name) && !marked.iter().any(|n| &**n == name) {
             waiting.push(Arc::from(name));
         }
     }
@@ -429,5 +447,31 @@ fn peer_record() -> SubscriptionRecord {
             retain_handling: 2,
         },
         subscription_id: Some(crate::cluster::PLAIN_ID),
+    }
+}
+
+impl crate::router::Router {
+    /// Passes `delivery`, made for a session this node handed over, on to the node that has
+    /// the session now (`Handover::Relaying`), when another node forwarded it here.
+    pub(crate) fn relay(
+        &self,
+        cell: &Arc<SessionCell>,
+        to: &Arc<SessionCell>,
+        delivery: Delivery,
+        now: Instant,
+        wake: &mut WakeList,
+        outcome: &mut RouteOutcome,
+    ) {
+        if delivery.message.from_peer.is_none() {
+            return;
+        }
+        let Some(message) = self
+            .cluster()
+            .and_then(|cluster| cluster.relay_message(&cell.client_id, &delivery, now))
+        else {
+            return;
+        };
+        let relayed = Delivery::new(Arc::new(message), hayate_codec::QoS::AtLeastOnce, false);
+        self.enqueue(to, relayed, None, now, wake, outcome);
     }
 }

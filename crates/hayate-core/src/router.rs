@@ -345,6 +345,11 @@ impl Router {
         // subscriptions, to one member of the named groups, or both (`crate::cluster`).
         let scope = message.from_peer.as_deref();
         let plain = scope.is_none_or(|scope| scope.plain);
+        // On a cluster node, matched and queued as one step (`crate::cluster::Switch`).
+        let _switch = self
+            .cluster
+            .get()
+            .map(|cluster| cluster.routing(&message.topic));
         {
             let index = self.index.read();
             if plain {
@@ -734,32 +739,7 @@ impl Router {
         self.enqueue(cell, delivery, None, now, wake, outcome);
     }
 
-    /// Passes `delivery`, made for a session this node handed over, on to the node that has
-    /// the session now (`Handover::Relaying`), when another node forwarded it here.
-    fn relay(
-        &self,
-        cell: &Arc<SessionCell>,
-        to: &Arc<SessionCell>,
-        delivery: Delivery,
-        now: Instant,
-        wake: &mut WakeList,
-        outcome: &mut RouteOutcome,
-    ) {
-        if delivery.message.from_peer.is_none() {
-            return;
-        }
-        let Some(message) = self
-            .cluster
-            .get()
-            .and_then(|cluster| cluster.relay_message(&cell.client_id, &delivery, now))
-        else {
-            return;
-        };
-        let relayed = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
-        self.enqueue(to, relayed, None, now, wake, outcome);
-    }
-
-    fn enqueue(
+    pub(crate) fn enqueue(
         &self,
         cell: &Arc<SessionCell>,
         delivery: Delivery,

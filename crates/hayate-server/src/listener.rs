@@ -9,6 +9,7 @@ use crate::config::{Config, ListenerConfig, TransportKind};
 use crate::connection::{spawn_connection, Connection, ConnectionSettings, ShutdownSignal};
 use crate::transport::psk::{PskAcceptorHandle, PskSettings};
 use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
+use crate::transport::tls_tcp::{self, TlsTcp};
 use crate::transport::{ws, BoxedStream, Polled};
 use hayate_core::{Broker, ConnectionInfo, ConnectionLimits, ListenerInfo, ListenerRole, WakeList};
 use parking_lot::RwLock;
@@ -405,7 +406,7 @@ async fn accept_loop(
 }
 
 /// Runs the TLS / PSK / WebSocket handshake (at most `max_concurrent_handshakes` at once per
-/// listener, all within the connect timeout), then serves the connection.
+/// listener, all within the connect timeout), then starts the connection's task.
 async fn handshake_then_serve<G: Send + 'static>(
     stream: TcpStream,
     mut info: ConnectionInfo,
@@ -437,9 +438,27 @@ async fn handshake_then_serve<G: Send + 'static>(
         }
     };
     info.transport_identity = identity.map(Arc::from);
-    Connection::new(Polled::new(transport), info, broker, settings)
-        .run(shutdown, guard)
-        .await;
+    // The connection gets a task of its own, the size of its `Connection::run`: served from
+    // this one, every connection would keep the space of this future's arguments and of the
+    // handshake (several KiB) for its whole life.
+    match transport {
+        Handshaken::Stream(stream) => {
+            let connection = Connection::new(Polled::new(stream), info, broker, settings);
+            tokio::spawn(connection.run(shutdown, guard));
+        }
+        Handshaken::Tls(tls) => {
+            let connection = Connection::new(*tls, info, broker, settings);
+            tokio::spawn(connection.run(shutdown, guard));
+        }
+    }
+}
+
+/// A connection after its transport handshake.
+enum Handshaken {
+    /// A byte stream, driven through [`Polled`].
+    Stream(BoxedStream),
+    /// Certificate TLS on the socket (boxed: it is large, and only moved once).
+    Tls(Box<TlsTcp>),
 }
 
 /// What a listener does with an accepted socket before MQTT starts.
@@ -565,26 +584,26 @@ impl ListenerRuntime {
         &self,
         tcp: TcpStream,
         max_packet_size: u32,
-    ) -> io::Result<(BoxedStream, Option<String>)> {
+    ) -> io::Result<(Handshaken, Option<String>)> {
         // A WebSocket frame may carry one whole MQTT packet, and a little more when a client
         // packs several into one frame.
         let max_frame = max_packet_size as usize + 64 * 1024;
         match &self.acceptor {
             Acceptor::Tcp => Err(io::Error::other("plain TCP has no handshake")),
             Acceptor::Tls(handle) => {
-                let stream = handle.acceptor().accept(tcp).await?;
-                let identity = tls::client_identity(&stream);
-                Ok((Box::pin(stream), identity))
+                let tls = tls_tcp::accept(handle.config(), tcp).await?;
+                let identity = tls.peer_certificate().and_then(tls::certificate_identity);
+                Ok((Handshaken::Tls(Box::new(tls)), identity))
             }
             Acceptor::Psk(handle) => {
                 let (stream, identity) = handle.accept(tcp).await?;
-                Ok((Box::pin(stream), identity))
+                Ok((Handshaken::Stream(Box::pin(stream)), identity))
             }
             Acceptor::Ws => {
                 let stream = ws::accept(tcp, &self.ws_path, max_frame)
                     .await
                     .map_err(io::Error::other)?;
-                Ok((Box::pin(stream), None))
+                Ok((Handshaken::Stream(Box::pin(stream)), None))
             }
             Acceptor::Wss(handle) => {
                 let tls_stream = handle.acceptor().accept(tcp).await?;
@@ -592,7 +611,7 @@ impl ListenerRuntime {
                 let stream = ws::accept(tls_stream, &self.ws_path, max_frame)
                     .await
                     .map_err(io::Error::other)?;
-                Ok((Box::pin(stream), identity))
+                Ok((Handshaken::Stream(Box::pin(stream)), identity))
             }
         }
     }

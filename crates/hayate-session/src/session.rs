@@ -514,6 +514,21 @@ impl Session {
         taken
     }
 
+    /// The packet ids of outbound QoS 2 messages whose PUBREC came and whose PUBCOMP has not,
+    /// in send order, for a session moving to another node of a cluster: that node sends
+    /// their PUBREL again [MQTT-4.4.0-1]. A client that hands a QoS 2 message to its
+    /// application at PUBREL (paho does) has not delivered it yet.
+    pub fn released_ids(&self) -> Vec<u16> {
+        let mut ids: Vec<(u64, u16)> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.state == OutflightState::AwaitPubComp)
+            .map(|(id, f)| (f.seq, *id))
+            .collect();
+        ids.sort_unstable();
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
     /// The packet ids of inbound QoS 2 messages routed and waiting for their PUBREL (so that
     /// a retransmission is not routed again), for a session moving to another node of a
     /// cluster.

@@ -150,9 +150,13 @@ pub fn publish_packet(
     }
 }
 
-/// A client that speaks individual MQTT packets over TCP.
+/// A byte stream a [`RawClient`] speaks over: TCP, or TLS over TCP.
+pub trait ClientStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ClientStream for T {}
+
+/// A client that speaks individual MQTT packets over TCP (or any [`ClientStream`]).
 pub struct RawClient {
-    stream: TcpStream,
+    stream: Box<dyn ClientStream>,
     version: ProtocolVersion,
     buf: BytesMut,
 }
@@ -162,8 +166,13 @@ impl RawClient {
     pub async fn connect_tcp(addr: SocketAddr, version: ProtocolVersion) -> RawClient {
         let stream = TcpStream::connect(addr).await.expect("tcp connect");
         stream.set_nodelay(true).expect("nodelay");
+        RawClient::over(stream, version)
+    }
+
+    /// A client over an established stream (a TLS session, say); no CONNECT sent yet.
+    pub fn over(stream: impl ClientStream + 'static, version: ProtocolVersion) -> RawClient {
         RawClient {
-            stream,
+            stream: Box::new(stream),
             version,
             buf: BytesMut::new(),
         }
@@ -194,7 +203,10 @@ impl RawClient {
     /// Sends arbitrary bytes.
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         // A write error means the broker already closed; tests then observe that on recv.
-        let _ = self.stream.write_all(bytes).await;
+        // (Flushed: a TLS stream may keep written bytes until then.)
+        if self.stream.write_all(bytes).await.is_ok() {
+            let _ = self.stream.flush().await;
+        }
     }
 
     /// Subscribes to one filter at `qos` and returns the SUBACK codes.
@@ -388,7 +400,8 @@ impl RawClient {
         }
     }
 
-    /// Closes the TCP connection without DISCONNECT (an abnormal close).
+    /// Closes the connection without DISCONNECT (an abnormal close; over TLS, after
+    /// close_notify).
     pub async fn drop_connection(mut self) {
         let _ = self.stream.shutdown().await;
     }

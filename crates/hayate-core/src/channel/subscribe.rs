@@ -31,10 +31,29 @@ impl Channel {
             .copied();
         let mut reason_codes = Vec::with_capacity(subscribe.filters.len());
         let mut deliveries = Vec::new();
+        // A fence waiting for this client's first SUBSCRIBE runs with its subscriptions, no
+        // message routed in between (`crate::cluster::fence`).
+        let fenced = self.cluster_fence(now);
+        let switch = fenced.as_ref().map(|(cluster, client_id, fence)| {
+            let switch = cluster.exclusive();
+            let mut wake = crate::router::WakeList::new();
+            cluster.run_fence(&self.broker, client_id, fence, now, &mut wake);
+            (switch, wake)
+        });
         for (filter, options) in &subscribe.filters {
             let code =
                 self.subscribe_one(filter, *options, subscription_id, now, &mut deliveries, out)?;
             reason_codes.push(code);
+        }
+        if let Some((switch, wake)) = switch {
+            drop(switch);
+            wake.iter().for_each(|doorbell| doorbell.notify_one());
+        }
+        if let Some((cluster, client_id, fence)) = &fenced {
+            cluster.event(crate::cluster::ClusterEvent::Fenced {
+                client_id: client_id.clone(),
+                fence: fence.clone(),
+            });
         }
         // [MQTT-3.8.4-1] SUBACK with the same packet id [MQTT-3.8.4-2]; one code per filter [MQTT-3.8.4-6] in filter order [MQTT-3.9.3-1].
         let suback = SubAck {
@@ -44,13 +63,6 @@ impl Channel {
         };
         let stored = self.stored_subscriptions();
         self.send_ack(stored, Packet::SubAck(suback), out);
-        if self.listener().role == crate::ListenerRole::Clients {
-            if let (Some(cluster), Some(cell)) = (self.broker.router.cluster(), &self.cell) {
-                cluster.event(crate::cluster::ClusterEvent::Subscribed {
-                    client_id: cell.client_id.clone(),
-                });
-            }
-        }
         if !deliveries.is_empty() {
             self.with_session(out, |state, _| {
                 for delivery in deliveries {
@@ -59,6 +71,23 @@ impl Channel {
             })?;
         }
         self.poll_transmit(now, out)
+    }
+
+    /// This client's fence, when it is a client of a cluster node and one waits for it.
+    fn cluster_fence(
+        &self,
+        now: Instant,
+    ) -> Option<(
+        std::sync::Arc<crate::cluster::ClusterRoutes>,
+        std::sync::Arc<str>,
+        crate::cluster::Fence,
+    )> {
+        if self.listener().role != crate::ListenerRole::Clients {
+            return None;
+        }
+        let (cluster, cell) = (self.broker.router.cluster()?, self.cell.as_ref()?);
+        let fence = cluster.take_fence(&cell.client_id, now)?;
+        Some((cluster.clone(), cell.client_id.clone(), fence))
     }
 
     fn subscribe_one(

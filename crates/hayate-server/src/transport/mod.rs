@@ -5,9 +5,11 @@
 //!
 //! Plain TCP implements it directly on the socket ([`tcp::Tcp`]: readiness from epoll, read
 //! interest registered apart from write interest so epoll reports sockets in the order their
-//! data arrived, no buffer while idle). Every other stream is an `AsyncRead + AsyncWrite` and goes through
-//! [`Polled`], which drives it with the task's waker while waiting and with a no-op waker for
-//! the non-blocking calls.
+//! data arrived, no buffer while idle). Certificate TLS does too ([`tls_tcp::TlsTcp`]: rustls's
+//! unbuffered API, records decrypted and encrypted in per-thread scratch buffers, no buffer
+//! while idle). Every other stream (TLS-PSK, WebSocket) is an `AsyncRead + AsyncWrite` and goes
+//! through [`Polled`], which drives it with the task's waker while waiting and with a no-op
+//! waker for the non-blocking calls.
 //!
 //! This module owns framing below MQTT (TLS records, WebSocket frames) and the handshakes; it
 //! knows nothing of MQTT packets, sessions or routing.
@@ -15,6 +17,7 @@
 pub(crate) mod psk;
 pub(crate) mod tcp;
 pub(crate) mod tls;
+pub(crate) mod tls_tcp;
 pub(crate) mod ws;
 
 use bytes::BytesMut;

@@ -73,7 +73,12 @@ impl TlsAcceptorHandle {
 
     /// The acceptor for a new connection.
     pub fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(self.current.read().clone())
+        TlsAcceptor::from(self.config())
+    }
+
+    /// The configuration for a new connection.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.read().clone()
     }
 }
 

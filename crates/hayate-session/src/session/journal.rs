@@ -537,6 +537,33 @@ impl Session {
         });
     }
 
+    /// Takes over an outbound QoS 2 message released on another node of a cluster (PUBREC
+    /// came, PUBCOMP not): its PUBREL with the same packet id goes out now if a connection is
+    /// attached, else at attach. Not stored: kept in memory until its PUBCOMP. Ignored if the
+    /// id is in flight here already.
+    pub fn restore_released_id(&mut self, packet_id: u16) {
+        let Some(pid) = PacketId::new(packet_id) else {
+            return;
+        };
+        if self.inflight.contains_key(&packet_id) {
+            return;
+        }
+        let send_order = self.next_seq;
+        self.next_seq += 1;
+        self.inflight.insert(
+            packet_id,
+            Outflight {
+                delivery: None,
+                state: OutflightState::AwaitPubComp,
+                seq: send_order,
+                stored: 0,
+            },
+        );
+        if self.is_attached() {
+            self.rare().pubrel_out.push_back(PubResp::new(pid));
+        }
+    }
+
     /// Puts back an inbound QoS 2 packet id that awaits PUBREL.
     pub fn restore_inbound_qos2(&mut self, packet_id: u16) {
         self.rare().inbound_qos2.insert(packet_id);
