@@ -60,6 +60,29 @@ enum Phase {
     Closed,
 }
 
+/// The state only some connections use, boxed together so that a connection that uses none
+/// of it (most of them) carries one pointer in its task instead of four: allocated on first
+/// use, freed once empty again (apart from a rate limit, kept for the connection's life).
+#[derive(Debug, Default)]
+struct Rare {
+    /// Enhanced authentication (v5 Authentication Method): the method, the exchange in
+    /// progress and the CONNECT waiting for it.
+    auth: Option<AuthState>,
+    /// Publisher-side back-pressure ([`crate::flow`]): `Some` while this client waits on a
+    /// congested subscriber.
+    gate: Option<Waiting>,
+    /// The inbound rate limit, when the listener has one.
+    limit: Option<InboundLimit>,
+    /// Acknowledgements waiting for the store (`held.rs`).
+    held: Option<held::HeldAcks>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.auth.is_none() && self.gate.is_none() && self.limit.is_none() && self.held.is_none()
+    }
+}
+
 /// One client connection's protocol state. See the module docs.
 #[derive(Debug)]
 pub struct Channel {
@@ -70,7 +93,10 @@ pub struct Channel {
     /// The maximum QoS as of CONNECT (announced to v5 clients in CONNACK; a reload changes
     /// it for new connections only).
     max_qos: QoS,
-    info: ConnectionInfo,
+    /// What the transport told about the connection, until CONNECT completes; from then on
+    /// the same facts (the listener, the peer) are in `client`. Boxed and dropped then: an
+    /// idle connection keeps only what its session needs.
+    info: Option<Box<ConnectionInfo>>,
     /// Unique id of this connection; the session's `owner` while attached.
     conn_id: u64,
     phase: Phase,
@@ -79,9 +105,6 @@ pub struct Channel {
     /// Who the client is, once connected (shared with the session, which authorises
     /// deliveries against it, and with the will).
     client: Option<Arc<ClientInfo>>,
-    /// Enhanced authentication (v5 Authentication Method): the method, the exchange in
-    /// progress and the CONNECT waiting for it. Boxed: most connections never use it.
-    auth: Option<Box<AuthState>>,
     keep_alive: u16,
     /// Publish the will when the connection ends: true unless the client sent DISCONNECT
     /// (v5: other than 0x04) [MQTT-3.1.2-8] [MQTT-3.1.2-10].
@@ -103,17 +126,11 @@ pub struct Channel {
     awaiting_handover: bool,
     /// The input has ended (end of stream): everything left is handled, nothing held back.
     input_ended: bool,
-    /// Publisher-side back-pressure ([`crate::flow`]): `Some` while this client waits on a
-    /// congested subscriber. Boxed: most connections never wait.
-    gate: Option<Box<Waiting>>,
-    /// The inbound rate limit, when the listener has one.
-    limit: Option<Box<InboundLimit>>,
     /// Before CONNECT completes: when the connection was opened (the connect timeout runs from
     /// it). After: when bytes last arrived (the keep-alive clock).
     last_input: Instant,
-    /// Acknowledgements waiting for the store (`held.rs`). Boxed: most connections never
-    /// hold one.
-    held: Option<Box<held::HeldAcks>>,
+    /// What only some connections use, in one box allocated on first use ([`Rare`]).
+    rare: Option<Box<Rare>>,
     /// When the input being handled reached the broker (stamped on messages and
     /// subscriptions for arrival order, `crate::arrival`).
     arrival: Arrival,
@@ -128,24 +145,27 @@ impl Channel {
         Channel {
             max_packet_size: config.max_packet_size,
             max_qos: config.maximum_qos(),
-            limit: InboundLimit::new(
+            rare: InboundLimit::new(
                 limits.max_inbound_bytes_per_sec,
                 limits.max_inbound_messages_per_sec,
                 now,
-            ),
+            )
+            .map(|limit| {
+                Box::new(Rare {
+                    limit: Some(limit),
+                    ..Rare::default()
+                })
+            }),
             last_input: now,
             arrival: Arrival::UNKNOWN,
-            held: None,
             input_ended: false,
-            gate: None,
             broker,
-            info,
+            info: Some(Box::new(info)),
             conn_id: crate::registry::next_id(),
             phase: Phase::AwaitConnect,
             version: ProtocolVersion::V311,
             cell: None,
             client: None,
-            auth: None,
             keep_alive: 0,
             will_on_close: true,
             connect_expiry_zero: true,
@@ -161,6 +181,51 @@ impl Channel {
     /// when its session is taken over.
     pub fn doorbell(&self) -> &Arc<Notify> {
         &self.doorbell
+    }
+
+    /// The rarely used state, allocated now if it was not.
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Takes something out of the rarely used state, freeing it once empty.
+    fn take_rare<T>(&mut self, take: impl FnOnce(&mut Rare) -> Option<T>) -> Option<T> {
+        let rare = self.rare.as_deref_mut()?;
+        let taken = take(rare);
+        if rare.is_empty() {
+            self.rare = None;
+        }
+        taken
+    }
+
+    fn auth(&self) -> Option<&AuthState> {
+        self.rare.as_deref()?.auth.as_ref()
+    }
+
+    fn auth_mut(&mut self) -> Option<&mut AuthState> {
+        self.rare.as_deref_mut()?.auth.as_mut()
+    }
+
+    fn gate(&self) -> Option<&Waiting> {
+        self.rare.as_deref()?.gate.as_ref()
+    }
+
+    fn limit(&self) -> Option<&InboundLimit> {
+        self.rare.as_deref()?.limit.as_ref()
+    }
+
+    fn limit_mut(&mut self) -> Option<&mut InboundLimit> {
+        self.rare.as_deref_mut()?.limit.as_mut()
+    }
+
+    /// Acknowledgements are held for the store.
+    fn holds_acks(&self) -> bool {
+        self.rare.as_deref().is_some_and(|rare| rare.held.is_some())
+    }
+
+    /// The broker this connection belongs to.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
     }
 
     /// The protocol level the client connected with (3.1.1 until CONNECT arrives).
@@ -180,12 +245,28 @@ impl Channel {
 
     /// The remote address of the connection, when the transport knows it.
     pub fn peer(&self) -> Option<SocketAddr> {
-        self.info.peer
+        match (&self.client, &self.info) {
+            (Some(client), _) => client.peer,
+            (None, Some(info)) => info.peer,
+            (None, None) => None,
+        }
     }
 
     /// What the listener the connection came in on serves (clients, or another node's link).
     pub fn listener_role(&self) -> crate::ListenerRole {
-        self.info.listener.role
+        self.listener().role
+    }
+
+    /// The listener the connection came in on: the client's once connected, the transport's
+    /// before.
+    fn listener(&self) -> &ListenerInfo {
+        static ENDED: std::sync::OnceLock<ListenerInfo> = std::sync::OnceLock::new();
+        match (&self.client, &self.info) {
+            (Some(client), _) => &client.listener,
+            (None, Some(info)) => &info.listener,
+            // Only after `finish`, which drops the client.
+            (None, None) => ENDED.get_or_init(ListenerInfo::default),
+        }
     }
 
     /// The client identifier, once connected.

@@ -175,7 +175,8 @@ impl Congestion {
 }
 
 /// Publisher side: the congested subscriber this client waits on while it is not read from.
-/// The [`Channel`](crate::Channel) keeps `Option<Box<Waiting>>`: `None` is the open gate.
+/// The [`Channel`](crate::Channel) keeps `Option<Waiting>` (in its rarely used state): `None`
+/// is the open gate.
 #[derive(Debug)]
 pub(crate) struct Waiting {
     /// The subscriber session.
@@ -199,16 +200,16 @@ pub(crate) struct InboundLimit {
 
 impl InboundLimit {
     /// A limit for the given rates (0: none), or `None` without any.
-    pub(crate) fn new(bytes: u64, messages: u64, now: Instant) -> Option<Box<InboundLimit>> {
+    pub(crate) fn new(bytes: u64, messages: u64, now: Instant) -> Option<InboundLimit> {
         (bytes > 0 || messages > 0).then(|| {
             let rate = |r: u64| if r == 0 { f64::INFINITY } else { r as f64 };
-            Box::new(InboundLimit {
+            InboundLimit {
                 bytes_per_sec: rate(bytes),
                 messages_per_sec: rate(messages),
                 bytes: rate(bytes),
                 messages: rate(messages),
                 refilled: now,
-            })
+            }
         })
     }
 

@@ -10,7 +10,9 @@ use crate::hooks::ClientInfo;
 use hayate_codec::{QoS, SubscriptionOptions, Will};
 use hayate_session::Session;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -204,7 +206,34 @@ pub fn next_id() -> u64 {
 /// Client id → session.
 #[derive(Debug, Default)]
 pub struct Registry {
-    sessions: Mutex<HashMap<Arc<str>, Arc<SessionCell>>>,
+    /// A set of cells found by their client id: one pointer per slot where a map from client
+    /// id to cell takes three (the key is in the cell already).
+    sessions: Mutex<HashSet<ByClientId>>,
+}
+
+/// A session in the registry, equal to and found by its client id.
+#[derive(Debug, Clone)]
+struct ByClientId(Arc<SessionCell>);
+
+impl PartialEq for ByClientId {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.client_id == other.0.client_id
+    }
+}
+
+impl Eq for ByClientId {}
+
+impl Hash for ByClientId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As the `str` it borrows as, so that a lookup by `&str` finds it.
+        (*self.0.client_id).hash(state);
+    }
+}
+
+impl Borrow<str> for ByClientId {
+    fn borrow(&self) -> &str {
+        &self.0.client_id
+    }
 }
 
 /// What [`Registry::open`] found.
@@ -229,7 +258,7 @@ impl Registry {
         new_session: impl FnOnce() -> Session,
     ) -> Opened {
         let mut sessions = self.sessions.lock();
-        if let Some(existing) = sessions.get(client_id) {
+        if let Some(ByClientId(existing)) = sessions.get(&**client_id) {
             if !clean_start && !existing.state.lock().ended {
                 return Opened {
                     cell: existing.clone(),
@@ -261,7 +290,9 @@ impl Registry {
                 handover: Handover::Settled,
             }),
         });
-        let replaced = sessions.insert(client_id.clone(), cell.clone());
+        let replaced = sessions
+            .replace(ByClientId(cell.clone()))
+            .map(|ByClientId(replaced)| replaced);
         Opened {
             cell,
             session_present: false,
@@ -272,9 +303,9 @@ impl Registry {
     /// Removes `cell` from the registry if it is still the session for its client id.
     pub fn remove_if_current(&self, cell: &Arc<SessionCell>) -> bool {
         let mut sessions = self.sessions.lock();
-        match sessions.get(&cell.client_id) {
-            Some(current) if Arc::ptr_eq(current, cell) => {
-                sessions.remove(&cell.client_id);
+        match sessions.get(&*cell.client_id) {
+            Some(ByClientId(current)) if Arc::ptr_eq(current, cell) => {
+                sessions.remove(&*cell.client_id);
                 true
             }
             _ => false,
@@ -293,7 +324,10 @@ impl Registry {
 
     /// The session for `client_id`, if any.
     pub fn get(&self, client_id: &str) -> Option<Arc<SessionCell>> {
-        self.sessions.lock().get(client_id).cloned()
+        self.sessions
+            .lock()
+            .get(client_id)
+            .map(|ByClientId(cell)| cell.clone())
     }
 
     /// One page of sessions in client id order: at most `limit` whose client id is greater
@@ -309,7 +343,8 @@ impl Registry {
     ) -> Vec<Arc<SessionCell>> {
         let mut smallest = crate::admin::SmallestK::new(limit);
         let sessions = self.sessions.lock();
-        for id in sessions.keys() {
+        for ByClientId(cell) in sessions.iter() {
+            let id = &cell.client_id;
             if after.is_some_and(|after| &**id <= after)
                 || prefix.is_some_and(|prefix| !id.starts_with(prefix))
             {
@@ -322,7 +357,7 @@ impl Registry {
         smallest
             .into_sorted()
             .iter()
-            .filter_map(|id| sessions.get(id).cloned())
+            .filter_map(|id| sessions.get(&**id).map(|ByClientId(cell)| cell.clone()))
             .collect()
     }
 }

@@ -8,15 +8,16 @@ use std::io::IoSlice;
 /// shorter ones are copied into the contiguous tail, which is cheaper than an extra iovec.
 const SHARE_THRESHOLD: usize = 1024;
 
-/// A tail buffer grown past this is dropped once everything was written, so a burst does not
-/// pin memory on an idle connection.
-const TAIL_KEEP_CAPACITY: usize = 64 * 1024;
+/// The capacity a tail starts with once something is written into an empty buffer: one
+/// allocation for a wake-up's usual output instead of a series of small ones growing it.
+const TAIL_FIRST_CAPACITY: usize = 512;
 
 /// Encoded output waiting to be written: a queue of shared chunks followed by a contiguous tail.
+/// Once everything was written it lets go of its allocations, so an idle connection holds
+/// none (its CONNACK's, or a burst's). Kept small inline: every connection's task holds one.
 #[derive(Debug, Default)]
 pub struct OutBuf {
     chunks: VecDeque<Bytes>,
-    chunks_len: usize,
     tail: BytesMut,
 }
 
@@ -28,7 +29,12 @@ impl OutBuf {
 
     /// Total bytes waiting.
     pub fn len(&self) -> usize {
-        self.chunks_len + self.tail.len()
+        self.chunks_len() + self.tail.len()
+    }
+
+    /// Bytes waiting in the shared chunks (a few at most: large payloads and sealed tails).
+    fn chunks_len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
     }
 
     /// True when nothing is waiting.
@@ -38,7 +44,7 @@ impl OutBuf {
 
     /// Copies `bytes` into the tail.
     pub fn put_slice(&mut self, bytes: &[u8]) {
-        self.tail.extend_from_slice(bytes);
+        self.tail_mut().extend_from_slice(bytes);
     }
 
     /// Appends shared bytes, by reference when large, by copy when small.
@@ -47,13 +53,15 @@ impl OutBuf {
             self.put_slice(&bytes);
         } else {
             self.seal_tail();
-            self.chunks_len += bytes.len();
             self.chunks.push_back(bytes);
         }
     }
 
     /// The contiguous tail, for encoders that write into a `BytesMut`.
     pub fn tail_mut(&mut self) -> &mut BytesMut {
+        if self.tail.capacity() == 0 {
+            self.tail.reserve(TAIL_FIRST_CAPACITY);
+        }
         &mut self.tail
     }
 
@@ -70,7 +78,6 @@ impl OutBuf {
     fn seal_tail(&mut self) {
         if !self.tail.is_empty() {
             let sealed = self.tail.split().freeze();
-            self.chunks_len += sealed.len();
             self.chunks.push_back(sealed);
         }
     }
@@ -100,11 +107,9 @@ impl OutBuf {
             };
             if n >= front.len() {
                 n -= front.len();
-                self.chunks_len -= front.len();
                 self.chunks.pop_front();
             } else {
                 front.advance(n);
-                self.chunks_len -= n;
                 n = 0;
             }
         }
@@ -112,19 +117,21 @@ impl OutBuf {
             let n = n.min(self.tail.len());
             self.tail.advance(n);
         }
-        if self.is_empty() && self.tail.capacity() > TAIL_KEEP_CAPACITY {
+        if self.chunks.is_empty() && self.tail.is_empty() {
+            // Nothing left: free the tail and the chunk queue (a wake-up that writes again
+            // allocates what it needs; an idle connection keeps nothing).
             self.tail = BytesMut::new();
+            self.chunks = VecDeque::new();
         }
     }
 
     /// Takes everything as one contiguous `Bytes` (for tests and simple transports).
     pub fn take_all(&mut self) -> Bytes {
         self.seal_tail();
-        let mut all = BytesMut::with_capacity(self.chunks_len);
+        let mut all = BytesMut::with_capacity(self.chunks_len());
         for chunk in self.chunks.drain(..) {
             all.extend_from_slice(&chunk);
         }
-        self.chunks_len = 0;
         all.freeze()
     }
 }

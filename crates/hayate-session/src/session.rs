@@ -9,6 +9,7 @@ use hayate_codec::{
     ProtocolVersion, PubResp, Publish, QoS, ReasonCode,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 use thiserror::Error;
@@ -162,6 +163,31 @@ struct RareState {
     journal: Option<journal::Journal>,
 }
 
+/// Hashes the packet ids of the outbound in-flight window. The server assigns them (a client
+/// cannot pick keys that collide), so one multiplication spreads them well enough, and the map
+/// needs no random state of its own (16 bytes in every session).
+#[derive(Debug, Default, Clone, Copy)]
+struct PacketIdHasher(u64);
+
+impl Hasher for PacketIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*byte)).wrapping_mul(FIBONACCI);
+        }
+    }
+
+    fn write_u16(&mut self, id: u16) {
+        self.0 = (self.0 ^ u64::from(id)).wrapping_mul(FIBONACCI);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// 2^64 / φ, odd: multiplying by it mixes the low bits of a key into the high ones.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// What a `poll_transmit` call did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TransmitReport {
@@ -202,7 +228,7 @@ pub struct Session {
     /// What this session has charged to the broker-wide budget (its held bytes plus a fixed
     /// overhead per held delivery); returned as deliveries leave and when the session drops.
     charged: usize,
-    inflight: HashMap<u16, Outflight>,
+    inflight: HashMap<u16, Outflight, BuildHasherDefault<PacketIdHasher>>,
     next_packet_id: u16,
     next_seq: u64,
     /// State only some clients need; allocated on first use so an idle session stays small.
@@ -228,7 +254,7 @@ impl Session {
             pending: VecDeque::new(),
             held_bytes: 0,
             charged: 0,
-            inflight: HashMap::new(),
+            inflight: HashMap::default(),
             next_packet_id: 1,
             next_seq: 0,
             rare: None,

@@ -60,7 +60,7 @@ impl Channel {
             AuthStep::Continue(data) => {
                 // [MQTT-4.12.0-2] more is needed: AUTH with 0x18.
                 self.send_auth(ReasonCode::CONTINUE_AUTHENTICATION, Some(data), out);
-                if let Some(state) = self.auth.as_deref_mut() {
+                if let Some(state) = self.auth_mut() {
                     state.exchange = Some(exchange);
                     state.pending = Some(pending);
                 }
@@ -115,8 +115,7 @@ impl Channel {
             return Err(self.refuse(ReasonCode::PROTOCOL_ERROR, event, out));
         }
         let taken = self
-            .auth
-            .as_deref_mut()
+            .auth_mut()
             .and_then(|state| Some((state.exchange.take()?, state.pending.take()?)));
         let Some((mut exchange, pending)) = taken else {
             return Err(self.refuse(ReasonCode::PROTOCOL_ERROR, CloseReason::UnexpectedAuth, out));
@@ -130,17 +129,14 @@ impl Channel {
     /// with DISCONNECT and close [MQTT-4.12.1-2]. Other packets flow meanwhile. A client that
     /// gave no Authentication Method at CONNECT must not send AUTH [MQTT-4.12.0-7].
     pub(super) fn handle_reauth(&mut self, auth: Auth, out: &mut OutBuf) -> Result<(), Close> {
-        if self.auth.is_none() {
+        if self.auth().is_none() {
             return Err(self.close_with(
                 ReasonCode::PROTOCOL_ERROR,
                 CloseReason::UnexpectedAuth,
                 out,
             ));
         }
-        let in_progress = self
-            .auth
-            .as_ref()
-            .is_some_and(|state| state.exchange.is_some());
+        let in_progress = self.auth().is_some_and(|state| state.exchange.is_some());
         let expected = if in_progress {
             ReasonCode::CONTINUE_AUTHENTICATION
         } else {
@@ -152,10 +148,7 @@ impl Channel {
         let Some(client) = self.client.clone() else {
             return Err(self.close_with(ReasonCode::PROTOCOL_ERROR, CloseReason::NoSession, out));
         };
-        let existing = self
-            .auth
-            .as_deref_mut()
-            .and_then(|state| state.exchange.take());
+        let existing = self.auth_mut().and_then(|state| state.exchange.take());
         let mut exchange = match existing {
             Some(exchange) => exchange,
             None => {
@@ -180,7 +173,7 @@ impl Channel {
         match exchange.step(auth_data(&auth)) {
             AuthStep::Continue(data) => {
                 self.send_auth(ReasonCode::CONTINUE_AUTHENTICATION, Some(data), out);
-                if let Some(state) = self.auth.as_deref_mut() {
+                if let Some(state) = self.auth_mut() {
                     state.exchange = Some(exchange);
                 }
                 Ok(())
@@ -228,7 +221,7 @@ impl Channel {
         if auth.reason_code != expected {
             return Err(CloseReason::UnexpectedAuthReasonCode);
         }
-        let method = self.auth.as_ref().map(|state| &state.method);
+        let method = self.auth().map(|state| &state.method);
         match &auth.properties.authentication_method {
             Some(sent) if Some(sent) == method => Ok(()),
             Some(_) => Err(CloseReason::AuthMethodChanged),
@@ -239,7 +232,7 @@ impl Channel {
     /// Writes an AUTH with the connection's method and `data`.
     fn send_auth(&self, reason: ReasonCode, data: Option<Vec<u8>>, out: &mut OutBuf) {
         let properties = Properties {
-            authentication_method: self.auth.as_ref().map(|state| state.method.clone()),
+            authentication_method: self.auth().map(|state| state.method.clone()),
             authentication_data: data.map(Bytes::from),
             ..Properties::default()
         };

@@ -31,7 +31,7 @@ impl Channel {
         let config = self.broker.config();
         let v5 = version.is_v5();
 
-        if self.info.over_capacity {
+        if self.info.as_ref().is_some_and(|info| info.over_capacity) {
             return Err(self.refuse(ReasonCode::QUOTA_EXCEEDED, CloseReason::MaxConnections, out));
         }
         // Client identifier [MQTT-3.1.3-3] .. [MQTT-3.1.3-8].
@@ -65,7 +65,7 @@ impl Channel {
         // Peer sessions come through the cluster listener only, and only they do
         // (`crate::cluster`).
         let reserved = SessionKind::of(&client_id) == SessionKind::Peer;
-        let refused = match self.info.listener.role {
+        let refused = match self.listener().role {
             ListenerRole::Clients => reserved,
             ListenerRole::Cluster => !reserved,
             ListenerRole::PeerIngress => false,
@@ -80,7 +80,7 @@ impl Channel {
 
         // A client identifier the server assigned cannot be in use on the other side of a
         // split: only chosen identifiers need the registration the policy is about.
-        let split_refusal = self.info.listener.role == ListenerRole::Clients
+        let split_refusal = self.listener().role == ListenerRole::Clients
             && assigned.is_none()
             && !connect.client_id.is_empty()
             && self
@@ -126,9 +126,15 @@ impl Channel {
         let client = ClientInfo {
             client_id,
             username: connect.username.as_ref().map(|u| Arc::from(u.as_str())),
-            peer: self.info.peer,
-            listener: self.info.listener.clone(),
-            transport_identity: self.info.transport_identity.clone(),
+            peer: self.peer(),
+            listener: self
+                .info
+                .as_ref()
+                .map_or_else(Default::default, |info| info.listener.clone()),
+            transport_identity: self
+                .info
+                .as_ref()
+                .and_then(|info| info.transport_identity.clone()),
             grant: None,
             connected: self.arrival,
         };
@@ -148,7 +154,7 @@ impl Channel {
             };
             let data = connect.properties.authentication_data.clone();
             let step = exchange.step(data.as_deref().unwrap_or_default());
-            self.auth = Some(Box::new(AuthState::new(method)));
+            self.rare_mut().auth = Some(AuthState::new(method));
             let pending = super::auth::PendingConnect {
                 connect,
                 client,
@@ -342,7 +348,7 @@ impl Channel {
         // what they hold of it before CONNACK says whether a session is present.
         let mut await_handover = false;
         if let Some(cluster) = self.broker.router.cluster() {
-            match self.info.listener.role {
+            match self.listener().role {
                 ListenerRole::Cluster => cluster.peer_attached(&cell),
                 ListenerRole::Clients => {
                     await_handover = !connect.clean_start && !cluster.peers().is_empty();
@@ -361,6 +367,8 @@ impl Channel {
         }
         self.cell = Some(cell);
         self.client = Some(client);
+        // The client has what the transport told from here on (`Channel::info`).
+        self.info = None;
         self.phase = Phase::Connected;
         // The keep-alive clock starts at CONNECT, not when the connection opened.
         self.last_input = now;
@@ -393,7 +401,7 @@ impl Channel {
             }
             // [MQTT-4.12.0-5] a successful CONNACK after enhanced authentication carries the
             // method; [MQTT-4.12.0-6] never without one in CONNECT.
-            if let Some(auth) = &self.auth {
+            if let Some(auth) = self.auth() {
                 properties.authentication_method = Some(auth.method.clone());
                 properties.authentication_data = auth_data.map(Bytes::from);
             }
@@ -453,7 +461,7 @@ impl Channel {
         };
         self.write(&Packet::ConnAck(connack), out);
         self.phase = Phase::Closed;
-        tracing::info!(peer = ?self.info.peer, code = %reason, reason = %close_reason, "connect_refused");
+        tracing::info!(peer = ?self.peer(), code = %reason, reason = %close_reason, "connect_refused");
         Close::new(reason, close_reason)
     }
 }

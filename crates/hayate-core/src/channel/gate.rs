@@ -38,15 +38,15 @@ impl Channel {
     /// a congested subscriber and not over the PUBLISH rate limit.
     pub fn accepts_input(&self) -> bool {
         self.input_ended
-            || (self.gate.is_none()
+            || (self.gate().is_none()
                 && !self.awaiting_handover
-                && !self.limit.as_ref().is_some_and(|l| l.messages < 0.0))
+                && !self.limit().is_some_and(|l| l.messages < 0.0))
     }
 
     /// How many bytes to read at most now: `max`, or less while a byte-rate limit's bucket is
     /// low (at least a little, so a packet header can always be read).
     pub fn read_budget(&self, max: usize) -> usize {
-        match &self.limit {
+        match self.limit() {
             Some(limit) => (limit.bytes.max(0.0) as usize).clamp(1024.min(max), max),
             None => max,
         }
@@ -63,14 +63,14 @@ impl Channel {
         if self.phase == Phase::Connected {
             self.last_input = now;
         }
-        if let Some(limit) = &mut self.limit {
+        if let Some(limit) = self.limit_mut() {
             limit.bytes -= bytes as f64;
         }
     }
 
     /// Charges one PUBLISH to the rate limit, if there is one.
     pub(super) fn count_publish(&mut self) -> &mut Channel {
-        if let Some(limit) = &mut self.limit {
+        if let Some(limit) = self.limit_mut() {
             limit.messages -= 1.0;
         }
         self
@@ -84,7 +84,7 @@ impl Channel {
     /// messages would overflow it. An alias-only PUBLISH is routed as usual.
     pub(super) fn hold_if_congested(&mut self, publish: Publish) -> Option<Publish> {
         if self.input_ended
-            || self.gate.is_some()
+            || self.gate().is_some()
             || publish.topic.is_empty()
             || !self.backpressure_enabled()
         {
@@ -98,10 +98,10 @@ impl Channel {
             return Some(publish);
         }
         Stats::add(&self.broker.stats.backpressure_pauses, 1);
-        self.gate = Some(Box::new(Waiting {
+        self.rare_mut().gate = Some(Waiting {
             cell,
             held: Some(Box::new(publish)),
-        }));
+        });
         None
     }
 
@@ -109,11 +109,11 @@ impl Channel {
     /// drains (never its own session: it must read its own acknowledgements).
     pub(super) fn wait_on(&mut self, cell: Arc<crate::registry::SessionCell>) {
         let own = self.cell.as_ref().is_some_and(|own| own.id == cell.id);
-        if own || self.input_ended || self.gate.is_some() || !self.backpressure_enabled() {
+        if own || self.input_ended || self.gate().is_some() || !self.backpressure_enabled() {
             return;
         }
         Stats::add(&self.broker.stats.backpressure_pauses, 1);
-        self.gate = Some(Box::new(Waiting { cell, held: None }));
+        self.rare_mut().gate = Some(Waiting { cell, held: None });
     }
 
     fn backpressure_enabled(&self) -> bool {
@@ -144,7 +144,7 @@ impl Channel {
                 });
             }
         }
-        while let Some(waiting) = &self.gate {
+        while let Some(waiting) = self.gate() {
             let window = self.stall_window();
             {
                 let mut state = waiting.cell.state.lock();
@@ -164,14 +164,16 @@ impl Channel {
                     });
                 }
             }
-            let held = self.gate.take().and_then(|waiting| waiting.held);
+            let held = self
+                .take_rare(|rare| rare.gate.take())
+                .and_then(|waiting| waiting.held);
             if let Some(publish) = held {
                 if self.phase == Phase::Connected {
                     self.handle_publish(*publish, now, out, wake)?;
                 }
             }
         }
-        if let Some(limit) = &mut self.limit {
+        if let Some(limit) = self.limit_mut() {
             if let Some(until) = limit.resume_at(now) {
                 return Ok(ReadGate::Paused {
                     until,
@@ -192,7 +194,9 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         self.input_ended = true;
-        let held = self.gate.take().and_then(|waiting| waiting.held);
+        let held = self
+            .take_rare(|rare| rare.gate.take())
+            .and_then(|waiting| waiting.held);
         if let (Some(publish), Phase::Connected) = (held, self.phase) {
             self.handle_publish(*publish, now, out, wake)?;
         }
@@ -204,7 +208,7 @@ impl Channel {
     pub fn poll_timeout(&self) -> Instant {
         match self.phase {
             Phase::AwaitConnect | Phase::Authenticating => {
-                self.last_input + self.info.listener.limits.connect_timeout
+                self.last_input + self.listener().limits.connect_timeout
             }
             Phase::Connected => match self.keep_alive_timeout() {
                 Some(timeout) => self.last_input + timeout,
@@ -238,7 +242,7 @@ impl Channel {
                 ))
             }
             Phase::Connected => {
-                if !reading || self.gate.is_some() || self.keep_alive_timeout().is_none() {
+                if !reading || self.gate().is_some() || self.keep_alive_timeout().is_none() {
                     // Not reading is our doing, not the client's silence (and keep alive 0
                     // turns the check off [MQTT-3.1.2-22]): look again later.
                     self.last_input = now;

@@ -23,11 +23,12 @@ impl Channel {
                 .attached()
                 .is_none_or(|attached| attached.store.durable() >= ticket)
         };
-        if self.held.is_none() && ticket.is_none_or(durable) {
+        if !self.holds_acks() && ticket.is_none_or(durable) {
             self.write(&ack, out);
             return;
         }
-        self.held
+        self.rare_mut()
+            .held
             .get_or_insert_default()
             .0
             .push_back((ticket.unwrap_or(0), ack));
@@ -37,7 +38,7 @@ impl Channel {
     /// Writes the held acknowledgements that may go now; while some remain, asks the store to
     /// ring this connection's doorbell when the first one's ticket is durable.
     pub(super) fn release_acks(&mut self, out: &mut OutBuf) {
-        let Some(mut held) = self.held.take() else {
+        let Some(mut held) = self.take_rare(|rare| rare.held.take()) else {
             return;
         };
         let attached = self.broker.attached();
@@ -50,7 +51,7 @@ impl Channel {
             attached
                 .store
                 .notify_when_durable(*ticket, self.doorbell.clone());
-            self.held = Some(held);
+            self.rare_mut().held = Some(held);
         }
     }
 }

@@ -37,7 +37,7 @@ impl Channel {
             ));
         }
         if !publish.properties.subscription_identifiers.is_empty()
-            && self.info.listener.role != ListenerRole::PeerIngress
+            && self.listener().role != ListenerRole::PeerIngress
         {
             // [MQTT-3.3.4-6] a PUBLISH from a client must not carry a Subscription Identifier.
             return Err(self.close_with(
@@ -125,7 +125,7 @@ impl Channel {
             return Ok(());
         }
 
-        let split_refusal = self.info.listener.role == ListenerRole::Clients
+        let split_refusal = self.listener().role == ListenerRole::Clients
             && self
                 .broker
                 .router
@@ -158,7 +158,7 @@ impl Channel {
             publisher,
         )
         .with_arrival(self.arrival);
-        let message = if self.info.listener.role == ListenerRole::PeerIngress {
+        let message = if self.listener().role == ListenerRole::PeerIngress {
             let ids = &publish.properties.subscription_identifiers;
             // The ingress of the link from node N is `$cluster/in/N`.
             let node = self
@@ -252,7 +252,7 @@ impl Channel {
     fn refuse_unstorable(&mut self, publish: &Publish, out: &mut OutBuf) -> Result<(), Close> {
         Stats::add(&self.broker.stats.store_refused, 1);
         tracing::debug!(client_id = ?self.client_id(), "publish_refused_store_unavailable");
-        if self.version.is_v5() && self.held.is_none() {
+        if self.version.is_v5() && !self.holds_acks() {
             self.refuse_publish(publish, ReasonCode::QUOTA_EXCEEDED, out);
             return Ok(());
         }
@@ -268,7 +268,7 @@ impl Channel {
     /// off: refused (v5) or the connection closed (v3), never acknowledged.
     fn refuse_during_split(&mut self, publish: &Publish, out: &mut OutBuf) -> Result<(), Close> {
         tracing::debug!(client_id = ?self.client_id(), "publish_refused_cluster_split");
-        if self.version.is_v5() && self.held.is_none() {
+        if self.version.is_v5() && !self.holds_acks() {
             self.refuse_publish(publish, ReasonCode::QUOTA_EXCEEDED, out);
             return Ok(());
         }

@@ -82,7 +82,7 @@ impl Channel {
         std::sync::Arc<str>,
         crate::cluster::Fence,
     )> {
-        if self.info.listener.role != crate::ListenerRole::Clients {
+        if self.listener().role != crate::ListenerRole::Clients {
             return None;
         }
         let (cluster, cell) = (self.broker.router.cluster()?, self.cell.as_ref()?);
