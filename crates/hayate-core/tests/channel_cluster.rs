@@ -27,6 +27,21 @@ fn on_role(harness: &CoreHarness, role: ListenerRole) -> TestChannel {
     })
 }
 
+/// Hands `client_id`'s session over as on a claim made `at` (not a clean start), to the peer
+/// session of node `to` here when given.
+fn hand_over(
+    harness: &CoreHarness,
+    client_id: &str,
+    at: hayate_core::Arrival,
+    to: Option<&str>,
+    wake: &mut hayate_core::WakeList,
+) -> Option<hayate_core::handoff::HandedOver> {
+    let to = to.and_then(|node| harness.session(&format!("$cluster/{node}")));
+    harness
+        .broker
+        .hand_over(client_id, false, at, to.as_ref(), harness.now(), wake)
+}
+
 /// A peer node's session here, subscribed to `filters` with their identifiers.
 fn peer(harness: &CoreHarness, name: &str, filters: &[(&str, u32)]) -> TestChannel {
     let mut peer = on_role(harness, ListenerRole::Cluster);
@@ -220,17 +235,14 @@ fn a_session_is_handed_over_whole_and_its_routes_go_with_it() {
     publisher.publish("o/3", b"3", QoS::AtLeastOnce).unwrap();
 
     let mut wake = Vec::new();
-    let handed = harness
-        .broker
-        .hand_over(
-            "c",
-            false,
-            hayate_core::Arrival::UNKNOWN,
-            harness.session("$cluster/n2").as_ref(),
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session here");
+    let handed = hand_over(
+        &harness,
+        "c",
+        hayate_core::Arrival::UNKNOWN,
+        Some("n2"),
+        &mut wake,
+    )
+    .expect("a session here");
     assert_eq!(handed.subscriptions.len(), 1);
     let payloads: Vec<(&[u8], bool)> = handed
         .deliveries
@@ -302,17 +314,14 @@ fn inbound_qos2_ids_move_with_the_session() {
     assert_eq!(subscriber.transmit_publishes().len(), 1);
 
     let mut wake = Vec::new();
-    let handed = harness
-        .broker
-        .hand_over(
-            "p",
-            false,
-            hayate_core::Arrival::UNKNOWN,
-            None,
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session");
+    let handed = hand_over(
+        &harness,
+        "p",
+        hayate_core::Arrival::UNKNOWN,
+        None,
+        &mut wake,
+    )
+    .expect("a session");
     assert_eq!(handed.inbound_qos2, vec![5]);
     let mut moved = harness.client(ConnectSpec::v5("p").clean_start(false).session_expiry(600));
     assert!(harness
@@ -349,17 +358,14 @@ fn a_released_qos2_message_moves_as_its_pubrel() {
     assert!(matches!(subscriber.received()[..], [Packet::PubRel(ref rel)] if rel.packet_id == id));
 
     let mut wake = Vec::new();
-    let handed = harness
-        .broker
-        .hand_over(
-            "s",
-            false,
-            hayate_core::Arrival::UNKNOWN,
-            None,
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session");
+    let handed = hand_over(
+        &harness,
+        "s",
+        hayate_core::Arrival::UNKNOWN,
+        None,
+        &mut wake,
+    )
+    .expect("a session");
     assert_eq!(handed.released, vec![id.get()]);
     assert!(handed.deliveries.is_empty(), "not sent again as a PUBLISH");
     let mut moved = harness.client(ConnectSpec::v5("s").clean_start(false).session_expiry(600));
@@ -417,17 +423,14 @@ fn a_stored_sessions_queue_on_disk_is_handed_over_too() {
     assert_eq!(cell.state.lock().session.spilled(), 0);
 
     let mut wake = Vec::new();
-    let handed = harness
-        .broker
-        .hand_over(
-            "c",
-            false,
-            hayate_core::Arrival::UNKNOWN,
-            None,
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session here");
+    let handed = hand_over(
+        &harness,
+        "c",
+        hayate_core::Arrival::UNKNOWN,
+        None,
+        &mut wake,
+    )
+    .expect("a session here");
     let got: Vec<String> = handed
         .deliveries
         .iter()
@@ -494,17 +497,7 @@ fn hand_c_over(
     client.subscribe("$share/g/s/#", QoS::AtLeastOnce);
     client.received();
     let mut wake = Vec::new();
-    let handed = harness
-        .broker
-        .hand_over(
-            "c",
-            false,
-            CLAIM,
-            harness.session("$cluster/n2").as_ref(),
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session here");
+    let handed = hand_over(harness, "c", CLAIM, Some("n2"), &mut wake).expect("a session here");
     assert_eq!(handed.subscriptions.len(), 2);
     let mut ingress = on_role(harness, ListenerRole::PeerIngress);
     ingress.connect(ConnectSpec::v5("$cluster/in/n3"));
@@ -618,17 +611,7 @@ fn a_claimant_that_marked_before_the_handover_is_not_waited_for() {
     harness
         .broker
         .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
-    harness
-        .broker
-        .hand_over(
-            "c",
-            false,
-            CLAIM,
-            harness.session("$cluster/n2").as_ref(),
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session here");
+    hand_over(&harness, "c", CLAIM, Some("n2"), &mut wake).expect("a session here");
     assert_eq!(routes.len(), 1, "relaying for n3");
     harness
         .broker
@@ -653,17 +636,7 @@ fn a_session_every_node_marked_for_ends_at_the_handover() {
             .broker
             .relay_marked("c", node, CLAIM, harness.now(), &mut wake);
     }
-    harness
-        .broker
-        .hand_over(
-            "c",
-            false,
-            CLAIM,
-            harness.session("$cluster/n2").as_ref(),
-            harness.now(),
-            &mut wake,
-        )
-        .expect("a session here");
+    hand_over(&harness, "c", CLAIM, Some("n2"), &mut wake).expect("a session here");
     assert_eq!(routes.len(), 0, "not relaying");
     assert_eq!(routes.relaying_count(), 0);
 }
