@@ -194,6 +194,8 @@ class Subscriber(SoakClient):
                 s["dups"] += 1
                 if msg.dup:
                     s["dups_flagged"] += 1
+                s.setdefault("dup_log", []).append(
+                    (seq, round(now, 3), self.node.name if self.node else None, bool(msg.dup)))
                 return
             s["seen"].add(seq)
             s["first_at"][seq] = (now, self.node.name if self.node else None)
@@ -360,6 +362,7 @@ def main():
 def report(a, seed, workdir, nodes, subs, pubs, kills):
     rows = []
     lost_examples = []
+    dup_examples = []
     for s in subs:
         with s.lock:
             for p in pubs:
@@ -388,6 +391,13 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                                               "publisher_node": node,
                                               "subscriber_session_lost_after": in_gap})
                 rows[-1]["lost_near_a_session_loss"] = explained
+                if p.qos == 2:
+                    for seq, at, node, flagged in st.get("dup_log", []):
+                        if len(dup_examples) < 200:
+                            dup_examples.append({"subscriber": s.client_id, "publisher": p.client_id,
+                                                 "seq": seq, "again_at": at, "node": node,
+                                                 "dup_flag": flagged,
+                                                 "first_at": st["first_at"].get(seq)})
     totals = {}
     for q in (1, 2):
         rs = [r for r in rows if r["qos"] == q]
@@ -417,6 +427,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
         "nodes": [{"name": n.name, "mqtt_port": n.mqtt_port, "starts": n.starts} for n in nodes],
         "kills": kills, "totals": totals, "per_subscriber": rows,
         "lost_examples": lost_examples,
+        "qos2_duplicate_examples": dup_examples,
         "client_events": dict(client_events),
         "client_event_log": sorted((round(t, 3), c.client_id, what, node)
                                    for c in subs + pubs for t, what, node in c.events),
