@@ -54,6 +54,13 @@ pub struct ClusterConfig {
     /// answers, at most this many seconds (then Session Present 0; the session follows later).
     #[serde(default = "default_stopped_node_wait_secs")]
     pub stopped_node_wait_secs: u64,
+    /// How long a client resuming its session here waits for its CONNACK when the session may
+    /// be on a node with a store that went away without notice (killed, crashed, or cut off)
+    /// less than this many seconds ago: until that node is back and answers, at most until
+    /// this long after it went away (then Session Present 0, and a fence; `docs/CLUSTER.md`,
+    /// "After a kill -9"). 0: no wait.
+    #[serde(default = "default_lost_node_wait_secs")]
+    pub lost_node_wait_secs: u64,
     /// After handing a session over to another node, this node passes on to it what the
     /// other nodes still forward here for the session, until each has marked the end of it,
     /// at most this many seconds (`docs/CLUSTER.md`, "Relay after a handover").
@@ -79,6 +86,10 @@ fn default_dead_node_grace_secs() -> u64 {
 
 fn default_stopped_node_wait_secs() -> u64 {
     15
+}
+
+fn default_lost_node_wait_secs() -> u64 {
+    10
 }
 
 fn default_handover_relay_secs() -> u64 {
@@ -112,6 +123,7 @@ impl ClusterConfig {
             phi_threshold: default_phi_threshold(),
             dead_node_grace_secs: default_dead_node_grace_secs(),
             stopped_node_wait_secs: default_stopped_node_wait_secs(),
+            lost_node_wait_secs: default_lost_node_wait_secs(),
             handover_relay_secs: default_handover_relay_secs(),
         }
     }
@@ -135,6 +147,9 @@ impl ClusterConfig {
         }
         if !(1..=3_600).contains(&self.handover_relay_secs) {
             return Err(ClusterConfigError::Range("handover_relay_secs"));
+        }
+        if self.lost_node_wait_secs > 300 {
+            return Err(ClusterConfigError::Range("lost_node_wait_secs"));
         }
         Ok(())
     }
@@ -175,6 +190,7 @@ mod tests {
             toml_like(r#"{"node_name":"a","listen":"127.0.0.1:7001"}"#).unwrap();
         assert!(config.prefer_local_shared);
         assert_eq!(config.gossip_interval_ms, 200);
+        assert_eq!(config.lost_node_wait_secs, 10);
         assert_eq!(config.advertised(), "127.0.0.1:7001".parse().unwrap());
     }
 

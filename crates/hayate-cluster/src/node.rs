@@ -10,7 +10,9 @@ use chitchat::{
     spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState,
 };
 use hayate_codec::QoS;
-use hayate_core::cluster::{ClusterEvent, ClusterRoutes, Fence, PEER_CLIENT_PREFIX};
+use hayate_core::cluster::{
+    ClusterEvent, ClusterRoutes, Fence, INGRESS_CLIENT_PREFIX, PEER_CLIENT_PREFIX,
+};
 use hayate_core::router::RouteOutcome;
 use hayate_core::{Broker, Delivery, WakeList};
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +44,38 @@ const RELAY_AT_EXIT: Duration = Duration::from_secs(5);
 /// limit is a little longer).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The nodes this one had sessions with before a restart: the names in its stored
+/// `$cluster/in/N` and `$cluster/N` sessions (none without a store).
+fn remembered_nodes(broker: &Broker, self_name: &str) -> Vec<Arc<str>> {
+    let mut names: Vec<Arc<str>> = Vec::new();
+    for cell in broker.registry.page(None, Some(PEER_CLIENT_PREFIX), 4_096) {
+        let id = &cell.client_id;
+        let name = id
+            .strip_prefix(INGRESS_CLIENT_PREFIX)
+            .or_else(|| id.strip_prefix(PEER_CLIENT_PREFIX))
+            .unwrap_or_default();
+        if !name.is_empty() && name != self_name && !names.iter().any(|n| &**n == name) {
+            names.push(Arc::from(name));
+        }
+    }
+    names
+}
+
+/// Where a claim went (`Node::send_claim`).
+#[derive(Default)]
+struct Claimed {
+    /// The nodes whose answers a resumed session's CONNACK waits for: those linked now, those
+    /// stopped for a restart (they answer when back), those lost a moment ago.
+    asked: Vec<Arc<str>>,
+    /// Some node asked is stopped for a restart.
+    stopped: bool,
+    /// The nodes the claim could not reach now (dead or cut off, not stopped): the client's
+    /// first SUBSCRIBE runs a fence for them unless they answer before.
+    away: Vec<Arc<str>>,
+    /// How long to wait for the nodes lost a moment ago.
+    lost_until: Option<Instant>,
+}
+
 /// One other node as this node knows it.
 struct Peer {
     generation: u64,
@@ -54,8 +88,8 @@ struct Peer {
     /// This incarnation announced that it is stopping: while it is away, the cluster is not
     /// split.
     stopping: bool,
-    /// It keeps its sessions in a store (known once it announced stopping): a client resuming
-    /// a session here waits for its return.
+    /// It keeps its sessions in a store (`durable` in its gossip state): a client resuming a
+    /// session here waits for its return when it stopped, or for a while when it was lost.
     durable: bool,
 }
 
@@ -120,7 +154,10 @@ pub fn attach(broker: &Broker, config: &ClusterConfig) -> Result<Arc<ClusterRout
     // The core's bound on a held CONNACK: past the cluster's own waits (the answers of live
     // nodes, or a stopped node's return).
     routes.set_handover_timeout(
-        ANSWER_TIMEOUT.max(Duration::from_secs(config.stopped_node_wait_secs)) + ANSWER_TIMEOUT,
+        ANSWER_TIMEOUT
+            .max(Duration::from_secs(config.stopped_node_wait_secs))
+            .max(Duration::from_secs(config.lost_node_wait_secs))
+            + ANSWER_TIMEOUT,
     );
     routes.set_relay_timeout(Duration::from_secs(config.handover_relay_secs));
     routes.set_relay_encoder(hayate_core::cluster::RelayEncoder(Box::new(
@@ -192,6 +229,7 @@ pub async fn start(
         tracing::warn!(listen = %config.listen, "cluster listener without a secret: any host that reaches it can join and read every message (set [cluster] secret)");
     }
     let (answers, answers_rx) = mpsc::channel(ANSWERS_CAPACITY);
+    let remembered = remembered_nodes(&broker, &config.node_name);
     let node = Node {
         answers: Some(answers_rx),
         pending: HashMap::new(),
@@ -209,9 +247,11 @@ pub async fn start(
         self_id,
         grace,
         stopped_wait: Duration::from_secs(config.stopped_node_wait_secs),
+        lost_wait: Duration::from_secs(config.lost_node_wait_secs),
         gossip_interval,
         peers: HashMap::new(),
         last_status: String::new(),
+        remembered,
     };
     let leave = LeaveSwitch::default();
     let (settled_tx, settled) = watch::channel(false);
@@ -232,9 +272,14 @@ struct Node {
     grace: Duration,
     /// How long a held CONNACK waits for a stopped node's answer.
     stopped_wait: Duration,
+    /// How long after a node with a store went away without notice a resumed session still
+    /// waits for it (`lost_node_wait_secs`).
+    lost_wait: Duration,
     gossip_interval: Duration,
     peers: HashMap<Arc<str>, Peer>,
     last_status: String,
+    /// The nodes this one had sessions with before a restart (see `Node::known_nodes`).
+    remembered: Vec<Arc<str>>,
 }
 
 impl Node {
@@ -267,7 +312,7 @@ impl Node {
             self.reconcile(&snapshot, &live.borrow());
             self.ctx
                 .routes
-                .set_nodes(self.peers.keys().cloned().collect());
+                .set_nodes(self.known_nodes(*settled.borrow()));
             if !*settled.borrow() && Instant::now() >= learn_until && self.linked_both_ways() {
                 tracing::info!(nodes = self.peers.len(), "cluster_settled");
                 let _ = settled.send(true);
@@ -332,7 +377,13 @@ impl Node {
                     clean_start,
                     at: at.as_nanos(),
                 };
-                let (asked, stopped, away) = self.send_claim(&claim);
+                let now = Instant::now();
+                let Claimed {
+                    asked,
+                    stopped,
+                    away,
+                    lost_until,
+                } = self.send_claim(&claim);
                 if !clean_start && !away.is_empty() {
                     // Their answer may come much later: the client starts a new session here
                     // meanwhile, and marks when it subscribes (`relay::fence`).
@@ -355,8 +406,9 @@ impl Node {
                         } else {
                             ANSWER_TIMEOUT
                         };
+                        let deadline = (Instant::now() + wait).max(lost_until.unwrap_or(now));
                         self.pending
-                            .insert(client_id.to_string(), (asked, Instant::now() + wait));
+                            .insert(client_id.to_string(), (asked, deadline));
                     }
                 }
             }
@@ -367,16 +419,14 @@ impl Node {
     }
 
     /// Queues `claim` in every other node's peer session here (behind what is already queued
-    /// for it); returns the nodes whose answers a CONNACK may wait for (those connected now,
-    /// and those stopped for a restart, which answer when back), and whether any is stopped.
-    fn send_claim(&self, claim: &Claim) -> (Vec<Arc<str>>, bool, Vec<Arc<str>>) {
+    /// for it); returns which nodes a resumed session's CONNACK waits for, and which could not
+    /// be asked now.
+    fn send_claim(&self, claim: &Claim) -> Claimed {
         let broker = &self.ctx.broker;
         let now = Instant::now();
         let message = Arc::new(claim.to_message());
         let mut wake = WakeList::new();
-        let mut asked = Vec::new();
-        let mut stopped = false;
-        let mut away = Vec::new();
+        let mut claimed = Claimed::default();
         for (name, peer) in &self.peers {
             let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{name}")) else {
                 continue;
@@ -391,18 +441,26 @@ impl Node {
                 tracing::warn!(peer = %name, client_id = %claim.client_id, "cluster_claim_dropped");
             } else if peer.stopping && peer.durable {
                 // Stopping (its link may not be down yet): it answers once back.
-                asked.push(name.clone());
-                stopped = true;
+                claimed.asked.push(name.clone());
+                claimed.stopped = true;
             } else if online {
-                asked.push(name.clone());
+                claimed.asked.push(name.clone());
             } else {
-                away.push(name.clone());
+                claimed.away.push(name.clone());
+                // Lost without notice a moment ago, with its sessions on disk: most likely
+                // killed and about to be restarted. Waiting for it a while makes its clients'
+                // sessions follow them whole (a fence covers the case it is not back in time).
+                let until = peer.dead_since.unwrap_or(now) + self.lost_wait;
+                if peer.durable && until > now {
+                    claimed.asked.push(name.clone());
+                    claimed.lost_until = Some(claimed.lost_until.map_or(until, |u| u.max(until)));
+                }
             }
         }
         for doorbell in wake {
             doorbell.notify_one();
         }
-        (asked, stopped, away)
+        claimed
     }
 
     /// Another node answered a claim (its session, if any, was taken by the link): once every
@@ -459,6 +517,24 @@ impl Node {
         for doorbell in wake {
             doorbell.notify_one();
         }
+    }
+
+    /// The other nodes a session handed over from here waits for marks from: those gossip
+    /// reports, and, until this node has settled, also those it had sessions with before a
+    /// restart (stored `$cluster/in/N` and `$cluster/N` sessions). Gossip brings the live
+    /// nodes one by one: a session handed over to the first one before the others were known
+    /// ended its relay at once, and what the others had queued here for it found nothing (the
+    /// kill soak's losses, 2026-11-25).
+    fn known_nodes(&self, settled: bool) -> Vec<Arc<str>> {
+        let mut nodes: Vec<Arc<str>> = self.peers.keys().cloned().collect();
+        if !settled {
+            for name in &self.remembered {
+                if !nodes.contains(name) {
+                    nodes.push(name.clone());
+                }
+            }
+        }
+        nodes
     }
 
     /// Claims that waited too long for answers: their CONNACK goes out now.
@@ -523,6 +599,13 @@ impl Node {
                             }
                         }
                     }
+                }
+            }
+        }
+        for (id, state) in states {
+            if let Some(peer) = self.peers.get_mut(&id.node_id) {
+                if peer.generation == id.generation_id {
+                    peer.durable = state.get(DURABLE_KEY).is_some();
                 }
             }
         }

@@ -105,6 +105,9 @@ pub(crate) fn take_over(
     wake: &mut WakeList,
 ) {
     let (broker, routes, self_name) = (&ctx.broker, &ctx.routes, &ctx.self_name);
+    // A node the claim found away that answers before the client's first SUBSCRIBE (back
+    // within `lost_node_wait_secs`) hands over as any other: no fence for it.
+    routes.fence_answered(&answer.client_id, old);
     let fenced = ctx.marks.take_fenced(&answer.client_id, answer.at);
     let Some(handed) = answer.handed else {
         return;

@@ -602,6 +602,12 @@ impl ClusterRoutes {
         self.fences.insert(client_id, fence);
     }
 
+    /// Node `node` answered `client_id`'s claim, which had found it away: the client's fence no
+    /// longer marks for it (the session came with the answer, or there was none there).
+    pub fn fence_answered(&self, client_id: &str, node: &str) {
+        self.fences.answered(client_id, node);
+    }
+
     /// Drops the fences that waited too long.
     pub fn expire_fences(&self, now: std::time::Instant) {
         self.fences.expire(now);

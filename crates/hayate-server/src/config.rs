@@ -373,6 +373,7 @@ mod tests {
         assert!(cluster.allow_register_during_netsplit && cluster.prefer_local_shared);
         assert_eq!(cluster.dead_node_grace_secs, 60);
         assert_eq!(cluster.stopped_node_wait_secs, 15);
+        assert_eq!(cluster.lost_node_wait_secs, 10);
         assert_eq!(cluster.handover_relay_secs, 30);
         config.validate().unwrap();
     }

@@ -1,11 +1,11 @@
 //! Clusters of real `hayate serve` processes on loopback, for the cluster tests.
 
 use crate::{connect_packet, free_port, RawClient, Received};
-use hayate_codec::{Packet, ProtocolVersion, QoS};
+use hayate_codec::{Packet, ProtocolVersion, PubResp, Publish, QoS};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One node: its process, MQTT and cluster addresses, and its log file.
 pub struct Node {
@@ -234,4 +234,101 @@ impl Cluster {
             node.wait_sees(&others, within).await;
         }
     }
+}
+
+/// Publishes probes on `topic` from `publisher` until `subscriber` receives one: the route of
+/// its subscription has reached the publisher's node. Drains the probes.
+pub async fn await_route(publisher: &mut RawClient, subscriber: &mut RawClient, topic: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        publisher
+            .publish(topic, b"probe", QoS::AtMostOnce, false, 0)
+            .await;
+        if let Received::Packet(Packet::Publish(p)) =
+            subscriber.recv_timeout(Duration::from_millis(200)).await
+        {
+            subscriber.ack(&p).await;
+            // Probes still in flight.
+            while let Received::Packet(Packet::Publish(p)) =
+                subscriber.recv_timeout(Duration::from_millis(300)).await
+            {
+                subscriber.ack(&p).await;
+            }
+            return;
+        }
+        assert!(Instant::now() < deadline, "route for {topic} never arrived");
+    }
+}
+
+/// Every PUBLISH received within `quiet` of the previous one, acknowledged (QoS 2 flows
+/// completed as their PUBRELs come, interleaved with other messages).
+pub async fn drain(client: &mut RawClient, quiet: Duration) -> Vec<Publish> {
+    let mut got = Vec::new();
+    while let Received::Packet(packet) = client.recv_timeout(quiet).await {
+        match packet {
+            Packet::Publish(publish) => {
+                match (publish.qos, publish.packet_id) {
+                    (QoS::AtLeastOnce, Some(id)) => {
+                        client.send(Packet::PubAck(PubResp::new(id))).await
+                    }
+                    (QoS::ExactlyOnce, Some(id)) => {
+                        client.send(Packet::PubRec(PubResp::new(id))).await
+                    }
+                    _ => {}
+                }
+                got.push(publish);
+            }
+            Packet::PubRel(rel) => {
+                client
+                    .send(Packet::PubComp(PubResp::new(rel.packet_id)))
+                    .await
+            }
+            _ => {}
+        }
+    }
+    got
+}
+
+/// The payloads of `got`, as text.
+pub fn payloads(got: &[Publish]) -> Vec<String> {
+    got.iter()
+        .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+        .collect()
+}
+
+/// Connects `client_id` over MQTT 5 with a session kept 600 s (clean start off).
+pub async fn connect_persistent(
+    mqtt: std::net::SocketAddr,
+    client_id: &'static str,
+) -> (RawClient, hayate_codec::ConnAck) {
+    let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
+    let mut connect = crate::connect_packet(hayate_codec::ProtocolVersion::V5, client_id, false);
+    connect.properties.session_expiry_interval = Some(600);
+    let connack = client.connect(connect).await;
+    (client, connack)
+}
+
+/// Publishes `m-I` on `roll/x` at QoS 2 for each I, `gap` apart.
+pub async fn publish_numbered(
+    publisher: &mut RawClient,
+    range: std::ops::Range<u16>,
+    gap: Duration,
+) {
+    for i in range {
+        let payload = format!("m-{i}");
+        publisher
+            .publish("roll/x", payload.as_bytes(), QoS::ExactlyOnce, false, i + 1)
+            .await;
+        tokio::time::sleep(gap).await;
+    }
+}
+
+/// Writes a configuration file into `dir` whose `[cluster]` table holds `keys` (for
+/// `hayate serve --config`: the command line's `--node-name` and `--cluster-listen` go over the
+/// table's name and address).
+pub fn cluster_config(dir: &Path, keys: &str) -> PathBuf {
+    let path = dir.join("cluster.toml");
+    let text = format!("[cluster]\nnode_name = \"x\"\nlisten = \"127.0.0.1:1\"\n{keys}\n");
+    std::fs::write(&path, text).expect("write the configuration file");
+    path
 }

@@ -4,8 +4,10 @@
 //! another node takes its connection and its session with it; a node killed with SIGKILL is
 //! detected, and a restarted node rejoins.
 
-use hayate_codec::{Packet, PubResp, Publish, QoS};
-use hayate_testkit::cluster::{Cluster, Node};
+use hayate_codec::{Packet, QoS};
+use hayate_testkit::cluster::{
+    await_route, connect_persistent, drain, payloads, publish_numbered, Cluster, Node,
+};
 use hayate_testkit::{RawClient, Received};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,65 +16,6 @@ const HAYATE: &str = env!("CARGO_BIN_EXE_hayate");
 
 fn bin() -> &'static Path {
     Path::new(HAYATE)
-}
-
-/// Publishes probes on `topic` from `publisher` until `subscriber` receives one: the route of
-/// its subscription has reached the publisher's node. Drains the probes.
-async fn await_route(publisher: &mut RawClient, subscriber: &mut RawClient, topic: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        publisher
-            .publish(topic, b"probe", QoS::AtMostOnce, false, 0)
-            .await;
-        if let Received::Packet(Packet::Publish(p)) =
-            subscriber.recv_timeout(Duration::from_millis(200)).await
-        {
-            subscriber.ack(&p).await;
-            // Probes still in flight.
-            while let Received::Packet(Packet::Publish(p)) =
-                subscriber.recv_timeout(Duration::from_millis(300)).await
-            {
-                subscriber.ack(&p).await;
-            }
-            return;
-        }
-        assert!(Instant::now() < deadline, "route for {topic} never arrived");
-    }
-}
-
-/// Every PUBLISH received within `quiet` of the previous one, acknowledged (QoS 2 flows
-/// completed as their PUBRELs come, interleaved with other messages).
-async fn drain(client: &mut RawClient, quiet: Duration) -> Vec<Publish> {
-    let mut got = Vec::new();
-    while let Received::Packet(packet) = client.recv_timeout(quiet).await {
-        match packet {
-            Packet::Publish(publish) => {
-                match (publish.qos, publish.packet_id) {
-                    (QoS::AtLeastOnce, Some(id)) => {
-                        client.send(Packet::PubAck(PubResp::new(id))).await
-                    }
-                    (QoS::ExactlyOnce, Some(id)) => {
-                        client.send(Packet::PubRec(PubResp::new(id))).await
-                    }
-                    _ => {}
-                }
-                got.push(publish);
-            }
-            Packet::PubRel(rel) => {
-                client
-                    .send(Packet::PubComp(PubResp::new(rel.packet_id)))
-                    .await
-            }
-            _ => {}
-        }
-    }
-    got
-}
-
-fn payloads(got: &[Publish]) -> Vec<String> {
-    got.iter()
-        .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,7 +293,12 @@ async fn a_killed_node_is_detected_and_a_restarted_one_rejoins() {
 /// session when the claim that waited behind it arrives (`prepare_hand_over`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_session_follows_its_client_when_its_node_comes_back() {
-    let mut cluster = Cluster::start_durable(bin(), 2, &[]).await;
+    // The fence's path: the client does not wait for the killed node (tests/cluster_lost.rs
+    // has the wait).
+    let dir = tempfile::tempdir().unwrap();
+    let config = hayate_testkit::cluster::cluster_config(dir.path(), "lost_node_wait_secs = 0");
+    let config = config.to_str().unwrap().to_string();
+    let mut cluster = Cluster::start_durable(bin(), 2, &["--config", &config]).await;
     let persistent = |node: &Node| {
         let mqtt = node.mqtt;
         async move {
@@ -396,30 +344,6 @@ async fn a_stored_session_follows_its_client_when_its_node_comes_back() {
     }
     let expected: Vec<String> = (0..10).map(|i| format!("down-{i}")).collect();
     assert_eq!(got, expected, "n2:\n{}", cluster.nodes[1].log_text());
-}
-
-/// Connects `client_id` over MQTT 5 with a session kept 600 s (clean start off).
-async fn connect_persistent(
-    mqtt: std::net::SocketAddr,
-    client_id: &'static str,
-) -> (RawClient, hayate_codec::ConnAck) {
-    let mut client = RawClient::connect_tcp(mqtt, hayate_codec::ProtocolVersion::V5).await;
-    let mut connect =
-        hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, client_id, false);
-    connect.properties.session_expiry_interval = Some(600);
-    let connack = client.connect(connect).await;
-    (client, connack)
-}
-
-/// Publishes `m-I` on `roll/x` at QoS 2 for each I, `gap` apart.
-async fn publish_numbered(publisher: &mut RawClient, range: std::ops::Range<u16>, gap: Duration) {
-    for i in range {
-        let payload = format!("m-{i}");
-        publisher
-            .publish("roll/x", payload.as_bytes(), QoS::ExactlyOnce, false, i + 1)
-            .await;
-        tokio::time::sleep(gap).await;
-    }
 }
 
 /// A rolling restart's gap (docs/CLUSTER.md, "Relay after a handover"): a client of a node
@@ -521,75 +445,6 @@ async fn a_session_moved_during_a_restart_gets_what_was_published_meanwhile() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// After a kill -9 nobody can answer for the dead node: its client resumes elsewhere with a
-/// new session (Session Present 0) and subscribes again, and every node then routes its
-/// messages both to that session and to the dead node's queue. The new session marks, as it
-/// subscribes, from when each node's copies reach it (docs/CLUSTER.md, "Relay after a
-/// handover"): the node, back, keeps what follows the mark out of the old session, so that
-/// when the old session is handed over and merged into the new one nothing arrives twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_merged() {
-    const TOTAL: u16 = 1_000;
-    let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
-    let connect_as = |mqtt| connect_persistent(mqtt, "kill-sub");
-    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
-    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
-    let mut publisher = cluster.nodes[2].client("kill-pub", true).await;
-    await_route(&mut publisher, &mut sub, "roll/probe").await;
-
-    cluster.nodes[0].kill();
-    drop(sub);
-    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
-    assert!(
-        !connack.session_present,
-        "n1 is dead: nobody has the session"
-    );
-    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
-    await_route(&mut publisher, &mut moved, "roll/probe").await;
-    // Routed to the new session and to dead n1's queue.
-    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
-    cluster.nodes[0].restart();
-    cluster.nodes[0].wait_listening().await;
-    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
-
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        got.extend(payloads(
-            &drain(&mut moved, Duration::from_millis(1_000)).await,
-        ));
-        if got.iter().filter(|p| p.starts_with("m-")).count() >= TOTAL as usize
-            && cluster.nodes[0].log_text().contains("session_handed_over")
-        {
-            // The handover came; what it brought is in by now or within the next drain.
-            got.extend(payloads(
-                &drain(&mut moved, Duration::from_millis(1_000)).await,
-            ));
-            break;
-        }
-    }
-    got.retain(|p| p != "probe");
-    let mut seen = std::collections::HashMap::<&str, u32>::new();
-    for payload in &got {
-        *seen.entry(payload.as_str()).or_default() += 1;
-    }
-    let missing = (0..TOTAL)
-        .filter(|i| !seen.contains_key(format!("m-{i}").as_str()))
-        .count();
-    let twice = seen.values().filter(|n| **n > 1).count();
-    assert!(
-        cluster.nodes[0].log_text().contains("session_handed_over"),
-        "n1 never handed its old session over:\n{}",
-        cluster.nodes[0].log_text()
-    );
-    assert_eq!(
-        (missing, twice),
-        (0, 0),
-        "lost, twice; n1:\n{}",
-        cluster.nodes[0].log_text()
-    );
 }
 
 /// Waits until `node`'s status for `peer` satisfies `check`.

@@ -69,6 +69,24 @@ impl Fences {
         fence
     }
 
+    /// `node` answered `client_id`'s claim after all (back within the wait for a lost node):
+    /// it is no longer away for that fence, and a fence with no node left away is dropped.
+    pub(crate) fn answered(&self, client_id: &str, node: &str) {
+        if !self.any.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut waiting = self.waiting.lock();
+        if let Some(fence) = waiting.get_mut(client_id) {
+            fence.away.retain(|away| &**away != node);
+            if fence.away.is_empty() {
+                waiting.remove(client_id);
+            }
+        }
+        if waiting.is_empty() {
+            self.any.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// Drops the fences out of date.
     pub(crate) fn expire(&self, now: Instant) {
         let mut waiting = self.waiting.lock();
@@ -128,6 +146,24 @@ mod tests {
             None,
             "out of date"
         );
+        assert!(!fences.any.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_node_that_answers_after_all_is_no_longer_away() {
+        let fences = Fences::default();
+        let now = Instant::now();
+        let until = now + Duration::from_secs(1);
+        let mut two = fence(until);
+        two.away.push(Arc::from("n3"));
+        fences.insert(Arc::from("c"), two);
+        fences.insert(Arc::from("d"), fence(until));
+        fences.answered("c", "n1");
+        fences.answered("d", "n1");
+        fences.answered("e", "n1");
+        let left = fences.take("c", now).expect("n3 is still away");
+        assert_eq!(left.away, vec![Arc::<str>::from("n3")]);
+        assert_eq!(fences.take("d", now), None, "no node left away: dropped");
         assert!(!fences.any.load(Ordering::Relaxed));
     }
 

@@ -1,0 +1,201 @@
+//! A node killed with SIGKILL (docs/CLUSTER.md, "After a kill -9"): a client of it that resumes
+//! its session on another node waits for the killed node a while (`lost_node_wait_secs`) and,
+//! when it is back in time, gets its whole session with Session Present 1; past that wait it
+//! starts a new session, and the old one is merged into it later without duplicates.
+
+use hayate_codec::QoS;
+use hayate_testkit::cluster::{
+    await_route, cluster_config, connect_persistent, drain, payloads, publish_numbered, Cluster,
+};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const HAYATE: &str = env!("CARGO_BIN_EXE_hayate");
+
+fn bin() -> &'static Path {
+    Path::new(HAYATE)
+}
+
+/// A configuration whose nodes do not wait for a lost node.
+fn no_wait_config(dir: &Path) -> String {
+    let path = cluster_config(dir, "lost_node_wait_secs = 0");
+    path.to_str().expect("a UTF-8 temp path").to_string()
+}
+
+/// Counts, of `m-0` .. `m-{total - 1}`, those never received and those received more than once.
+fn missing_and_twice(got: &[String], total: u16) -> (Vec<String>, Vec<String>) {
+    let mut seen = std::collections::HashMap::<&str, u32>::new();
+    for payload in got {
+        *seen.entry(payload.as_str()).or_default() += 1;
+    }
+    let missing = (0..total)
+        .map(|i| format!("m-{i}"))
+        .filter(|p| !seen.contains_key(p.as_str()))
+        .collect();
+    let twice = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(p, _)| p.to_string())
+        .collect();
+    (missing, twice)
+}
+
+/// What a client of a killed node gets when it resumes its session on another node at once
+/// while the killed node restarts (docs/CLUSTER.md, "After a kill -9"): `m-0` .. `m-{TOTAL/3}`
+/// are published while n1 is dead (routed into n1's queue on n3), the next third while n1
+/// restarts and the client's CONNACK waits, the last third after the CONNACK. Returns the
+/// cluster (for its logs), the CONNACK's Session Present, how long it took, and the payloads.
+async fn resume_while_the_killed_node_restarts() -> (Cluster, bool, Duration, Vec<String>) {
+    let mut cluster = Cluster::start_durable(bin(), 3, &[]).await;
+    let connect_as = |mqtt| connect_persistent(mqtt, "lost-sub");
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("lost-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[0].kill();
+    drop(sub);
+    publish_numbered(&mut publisher, 0..TOTAL / 3, Duration::ZERO).await;
+    let started = Instant::now();
+    let moving = tokio::spawn(connect_as(cluster.nodes[1].mqtt));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !moving.is_finished(),
+        "the CONNACK waits for the killed node"
+    );
+    cluster.nodes[0].restart();
+    publish_numbered(&mut publisher, TOTAL / 3..2 * TOTAL / 3, Duration::ZERO).await;
+    let (mut moved, connack) = moving.await.unwrap();
+    let waited = started.elapsed();
+    publish_numbered(&mut publisher, 2 * TOTAL / 3..TOTAL, Duration::ZERO).await;
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.iter().filter(|p: &&String| p.starts_with("m-")).count() < TOTAL as usize
+        && Instant::now() < deadline
+    {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(500)).await,
+        ));
+    }
+    got.extend(payloads(
+        &drain(&mut moved, Duration::from_millis(500)).await,
+    ));
+    got.retain(|p| p != "probe");
+    (cluster, connack.session_present, waited, got)
+}
+
+const TOTAL: u16 = 600;
+
+/// The kill soak's lost sessions (docs/CLUSTER.md, "Measured"): the client's CONNACK waits
+/// until the killed node is back and hands the session over (Session Present 1), nothing
+/// arrives twice, and everything published after the CONNACK arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_a_killed_node_waits_for_it_and_resumes_its_session() {
+    let (cluster, session_present, waited, got) = resume_while_the_killed_node_restarts().await;
+    eprintln!("CONNACK after {waited:?}");
+    assert!(
+        session_present,
+        "n1 came back and handed the session over; n1:\n{}",
+        cluster.nodes[0].log_text()
+    );
+    let (missing, twice) = missing_and_twice(&got, TOTAL);
+    let missing_after: Vec<&String> = missing
+        .iter()
+        .filter(|p| p[2..].parse::<u16>().is_ok_and(|i| i >= 2 * TOTAL / 3))
+        .collect();
+    assert!(
+        missing_after.is_empty() && twice.is_empty(),
+        "lost after the CONNACK {missing_after:?}, twice {twice:?}; n1:\n{}\nn2:\n{}",
+        cluster.nodes[0].log_text(),
+        cluster.nodes[1].log_text()
+    );
+}
+
+/// The same, and nothing published while the node was dead or restarting is lost. It is: in
+/// about one run in eight under load (both tests of this file at once on 2 cores) the third
+/// node delivers to the restarted node only the copy it had in flight, not those it had
+/// queued for it meanwhile (docs/CLUSTER.md, "Not built yet"). Run with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known fault: queued copies for a restarted node are sometimes not delivered"]
+async fn a_client_of_a_killed_node_gets_everything_queued_for_it_meanwhile() {
+    let (cluster, session_present, _, got) = resume_while_the_killed_node_restarts().await;
+    let (missing, twice) = missing_and_twice(&got, TOTAL);
+    assert!(
+        session_present && missing.is_empty() && twice.is_empty(),
+        "session present {session_present}, lost {missing:?}, twice {twice:?}; n1:\n{}\nn3:\n{}",
+        cluster.nodes[0].log_text(),
+        cluster.nodes[2].log_text()
+    );
+}
+
+/// After a kill -9 nobody can answer for the dead node: its client resumes elsewhere with a
+/// new session (Session Present 0) and subscribes again, and every node then routes its
+/// messages both to that session and to the dead node's queue. The new session marks, as it
+/// subscribes, from when each node's copies reach it (docs/CLUSTER.md, "Relay after a
+/// handover"): the node, back, keeps what follows the mark out of the old session, so that
+/// when the old session is handed over and merged into the new one nothing arrives twice.
+/// (This is the path once `lost_node_wait_secs` has passed; the test sets it to 0.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_merged() {
+    const TOTAL: u16 = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let config = no_wait_config(dir.path());
+    let mut cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
+    let connect_as = |mqtt| connect_persistent(mqtt, "kill-sub");
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("kill-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[0].kill();
+    drop(sub);
+    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
+    assert!(
+        !connack.session_present,
+        "n1 is dead: nobody has the session"
+    );
+    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    await_route(&mut publisher, &mut moved, "roll/probe").await;
+    // Routed to the new session and to dead n1's queue.
+    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
+    cluster.nodes[0].restart();
+    cluster.nodes[0].wait_listening().await;
+    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
+
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(1_000)).await,
+        ));
+        if got.iter().filter(|p| p.starts_with("m-")).count() >= TOTAL as usize
+            && cluster.nodes[0].log_text().contains("session_handed_over")
+        {
+            // The handover came; what it brought is in by now or within the next drain.
+            got.extend(payloads(
+                &drain(&mut moved, Duration::from_millis(1_000)).await,
+            ));
+            break;
+        }
+    }
+    got.retain(|p| p != "probe");
+    let mut seen = std::collections::HashMap::<&str, u32>::new();
+    for payload in &got {
+        *seen.entry(payload.as_str()).or_default() += 1;
+    }
+    let missing = (0..TOTAL)
+        .filter(|i| !seen.contains_key(format!("m-{i}").as_str()))
+        .count();
+    let twice = seen.values().filter(|n| **n > 1).count();
+    assert!(
+        cluster.nodes[0].log_text().contains("session_handed_over"),
+        "n1 never handed its old session over:\n{}",
+        cluster.nodes[0].log_text()
+    );
+    assert_eq!(
+        (missing, twice),
+        (0, 0),
+        "lost, twice; n1:\n{}",
+        cluster.nodes[0].log_text()
+    );
+}
