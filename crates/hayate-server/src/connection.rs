@@ -11,6 +11,7 @@ use hayate_core::stats::Stats;
 use hayate_core::{
     Arrival, Broker, Channel, Close, CloseReason, ConnectionInfo, OutBuf, ReadGate, WakeList,
 };
+use parking_lot::Mutex;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -93,6 +94,16 @@ pub(crate) struct Connection<T> {
     /// The channel stopped taking packets (back-pressure or the PUBLISH rate limit) with bytes
     /// left in `read_buf`: handle those before reading more.
     input_pending: bool,
+    /// The listener's shutdown, which rings this connection's doorbell (in slot
+    /// `shutdown_slot` until the connection is dropped).
+    shutdown: Arc<ShutdownSignal>,
+    shutdown_slot: u32,
+}
+
+impl<T> Drop for Connection<T> {
+    fn drop(&mut self) {
+        self.shutdown.unregister(self.shutdown_slot);
+    }
 }
 
 /// Starts the task that serves one accepted plain-TCP connection. `guard` is dropped when the
@@ -117,34 +128,117 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
             return;
         }
     };
-    let connection = Connection::new(stream, info, broker, settings);
-    tokio::spawn(connection.run(shutdown, guard));
+    let connection = Connection::new(stream, info, broker, settings, shutdown);
+    tokio::spawn(connection.run(guard));
 }
 
-/// Server shutdown as connections see it: a flag and a wake-up. Every connection's task holds
-/// the wait for its whole life, and this one is half the size of a `watch::Receiver::changed`.
+/// Server shutdown as connections see it: a flag, and the doorbells of the open connections,
+/// rung when the flag is set. A connection waits on its doorbell anyway; a wait of its own on a
+/// shared `Notify` would cost every connection's task 64 bytes while idle (and a lock of the
+/// shared waiter list on each wake-up).
 #[derive(Debug, Default)]
 pub(crate) struct ShutdownSignal {
     started: AtomicBool,
-    notify: Notify,
+    doorbells: Mutex<Doorbells>,
+}
+
+/// The doorbells of the open connections, by slot; a closed connection's slot is reused.
+#[derive(Debug, Default)]
+struct Doorbells {
+    slots: Vec<Option<Arc<Notify>>>,
+    free: Vec<u32>,
 }
 
 impl ShutdownSignal {
-    /// Starts shutdown for every connection waiting on this signal, now or later.
+    /// Starts shutdown for every connection registered with this signal, now or later.
     pub fn trigger(&self) {
         self.started.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
+        for doorbell in self.doorbells.lock().slots.iter().flatten() {
+            doorbell.notify_one();
+        }
     }
 
-    /// The wait for shutdown, to be enabled (`Notified::enable`) before [`Self::started`] is
-    /// read, so that a trigger in between is not missed.
-    fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
-    }
-
-    /// True once shutdown has started.
+    /// True once shutdown has started. A connection registers before it first looks, so that
+    /// a trigger in between rings its doorbell.
     fn started(&self) -> bool {
         self.started.load(Ordering::SeqCst)
+    }
+
+    /// Rings `doorbell` at shutdown until [`Self::unregister`] is called with the slot returned.
+    fn register(&self, doorbell: &Arc<Notify>) -> u32 {
+        let mut doorbells = self.doorbells.lock();
+        match doorbells.free.pop() {
+            Some(slot) => {
+                doorbells.slots[slot as usize] = Some(doorbell.clone());
+                slot
+            }
+            None => {
+                doorbells.slots.push(Some(doorbell.clone()));
+                u32::try_from(doorbells.slots.len() - 1).expect("fewer than 2^32 connections")
+            }
+        }
+    }
+
+    fn unregister(&self, slot: u32) {
+        let mut doorbells = self.doorbells.lock();
+        doorbells.slots[slot as usize] = None;
+        doorbells.free.push(slot);
+    }
+}
+
+/// What an idle connection waits on besides its socket: its deadline (the connect timeout, then
+/// keep alive) and its doorbell. In one allocation made once per connection: inline, the two
+/// would be 176 bytes of every connection's task (which grows in steps of 128 bytes).
+struct Waits {
+    timer: tokio::time::Sleep,
+    doorbell: tokio::sync::futures::OwnedNotified,
+    /// The doorbell itself, to wait on anew each time it rings.
+    bell: Arc<Notify>,
+}
+
+/// Which of [`Waits`] ended.
+enum Woken {
+    Timer,
+    Doorbell,
+}
+
+impl Waits {
+    fn new(deadline: Instant, doorbell: Arc<Notify>) -> Pin<Box<Waits>> {
+        Box::pin(Waits {
+            timer: tokio::time::sleep_until(deadline),
+            doorbell: doorbell.clone().notified_owned(),
+            bell: doorbell,
+        })
+    }
+
+    fn timer(self: Pin<&mut Self>) -> Pin<&mut tokio::time::Sleep> {
+        #[allow(unsafe_code)]
+        // SAFETY: `timer` is pinned whenever `Waits` is: it is never moved out of a pinned
+        // `Waits` (no method hands it out unpinned, and `Waits` has no `Drop` impl).
+        unsafe {
+            self.map_unchecked_mut(|waits| &mut waits.timer)
+        }
+    }
+
+    fn doorbell(self: Pin<&mut Self>) -> Pin<&mut tokio::sync::futures::OwnedNotified> {
+        #[allow(unsafe_code)]
+        // SAFETY: as for `timer`: `doorbell` is never moved out of a pinned `Waits`.
+        unsafe {
+            self.map_unchecked_mut(|waits| &mut waits.doorbell)
+        }
+    }
+
+    /// Waits for the doorbell to ring (and waits on it anew) or the deadline to pass.
+    fn poll_woken(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woken> {
+        if self.as_mut().doorbell().poll(cx).is_ready() {
+            let again = self.bell.clone().notified_owned();
+            self.as_mut().doorbell().set(again);
+            return Poll::Ready(Woken::Doorbell);
+        }
+        if self.as_mut().timer().poll(cx).is_ready() {
+            return Poll::Ready(Woken::Timer);
+        }
+        Poll::Pending
     }
 }
 
@@ -188,9 +282,13 @@ impl<T: Transport> Connection<T> {
         info: ConnectionInfo,
         broker: Arc<Broker>,
         settings: Arc<ConnectionSettings>,
+        shutdown: Arc<ShutdownSignal>,
     ) -> Connection<T> {
         let channel = Channel::new(broker, info, Instant::now().into_std());
+        let shutdown_slot = shutdown.register(channel.doorbell());
         Connection {
+            shutdown,
+            shutdown_slot,
             stream,
             settings,
             channel,
@@ -204,25 +302,21 @@ impl<T: Transport> Connection<T> {
     /// `async fn` taking `mut self`, which would hold the connection twice (argument and local).
     pub(crate) fn run<G: Send + 'static>(
         self,
-        shutdown: Arc<ShutdownSignal>,
         guard: G,
     ) -> impl std::future::Future<Output = ()> + Send {
         let mut connection = self;
         async move {
             let _guard = &guard;
-            let close = connection.serve(&shutdown).await;
-            connection.close(close).await;
+            let close = connection.serve().await;
+            // Boxed: only a closing connection needs the space of its lingering wait.
+            Box::pin(connection.close(close)).await;
         }
     }
 
-    async fn serve(&mut self, shutdown: &ShutdownSignal) -> Option<Close> {
-        // Registered once for the connection's life: the shutdown signal is shared by every
-        // connection, and a wait made anew on each pass through the loop would take its lock
-        // twice per wake-up (every connection contending for it).
-        let shutdown_wait = shutdown.notified();
-        tokio::pin!(shutdown_wait);
-        shutdown_wait.as_mut().enable();
-        if shutdown.started() {
+    async fn serve(&mut self) -> Option<Close> {
+        // The shutdown signal rings the doorbell (registered before this look, so that a
+        // trigger in between is not missed).
+        if self.shutdown.started() {
             return Some(self.channel.close_with(
                 ReasonCode::SERVER_SHUTTING_DOWN,
                 CloseReason::ServerShutdown,
@@ -232,10 +326,15 @@ impl<T: Transport> Connection<T> {
         // One timer per connection: the connect timeout, then the keep-alive deadline. It is
         // not moved on every read; when it fires early (traffic arrived since it was set) the
         // channel says so and it is re-armed, so a busy connection touches the timer wheel
-        // about once per keep-alive period.
-        let timer = tokio::time::sleep_until(self.channel.poll_timeout().into());
-        tokio::pin!(timer);
+        // about once per keep-alive period. Boxed: inline it would be a sixth of the task.
+        let mut waits = Waits::new(
+            self.channel.poll_timeout().into(),
+            self.channel.doorbell().clone(),
+        );
         let mut timer_armed_for_keep_alive = false;
+        // The doorbell rang while there was nothing to do for it yet (before CONNECT
+        // completed, or with output backlogged): transmit once that changes.
+        let mut rung = false;
         loop {
             if let Err(error) = self.flush() {
                 tracing::debug!(peer = ?self.channel.peer(), %error, "write_failed");
@@ -250,9 +349,19 @@ impl<T: Transport> Connection<T> {
                 }
                 continue;
             }
+            if rung && self.channel.is_connected() && !backlogged {
+                rung = false;
+                if let Err(close) = self.on_doorbell().await {
+                    return Some(close);
+                }
+                continue;
+            }
             if self.channel.is_connected() && !timer_armed_for_keep_alive {
                 timer_armed_for_keep_alive = true;
-                timer.as_mut().reset(self.channel.poll_timeout().into());
+                waits
+                    .as_mut()
+                    .timer()
+                    .reset(self.channel.poll_timeout().into());
             }
             // Our own output backlogged: read nothing until it flushes (no gate to ask).
             // Otherwise the channel's read gate says whether to read (back-pressure from a
@@ -290,31 +399,36 @@ impl<T: Transport> Connection<T> {
                         Err(_) => return None,
                     }
                 }
-                _ = self.channel.doorbell().notified(), if self.channel.is_connected() && !backlogged => {
-                    if self.channel.listener_role() == hayate_core::ListenerRole::Cluster {
-                        // Another node's link: runs again once the tasks ready now have run,
-                        // so that what they route for that node leaves in the same write; no
-                        // delay when the node is idle (docs/CLUSTER.md, "Link writes").
-                        tokio::task::yield_now().await;
-                    }
-                    let now = Instant::now().into_std();
-                    if let Err(close) = self.channel.poll_transmit(now, &mut self.out) {
-                        return Some(close);
-                    }
-                }
                 _ = std::future::poll_fn(|cx| poll_pause(&mut pause, cx)), if pause.is_some() => {}
-                _ = &mut timer => {
-                    let now = Instant::now().into_std();
-                    if let Err(close) = self.channel.handle_timeout(now, reading, &mut self.out) {
-                        return Some(close);
+                woken = std::future::poll_fn(|cx| waits.as_mut().poll_woken(cx)) => match woken {
+                    Woken::Doorbell => {
+                        if self.shutdown.started() {
+                            return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
+                        }
+                        rung = true;
                     }
-                    timer.as_mut().reset(self.channel.poll_timeout().into());
-                }
-                _ = &mut shutdown_wait => {
-                    return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
-                }
+                    Woken::Timer => {
+                        let now = Instant::now().into_std();
+                        if let Err(close) = self.channel.handle_timeout(now, reading, &mut self.out) {
+                            return Some(close);
+                        }
+                        waits.as_mut().timer().reset(self.channel.poll_timeout().into());
+                    }
+                },
             }
         }
+    }
+
+    /// The doorbell rang (messages queued, a takeover, a kick): sends what the session has.
+    async fn on_doorbell(&mut self) -> Result<(), Close> {
+        if self.channel.listener_role() == hayate_core::ListenerRole::Cluster {
+            // Another node's link: runs again once the tasks ready now have run, so that what
+            // they route for that node leaves in the same write; no delay when the node is
+            // idle (docs/CLUSTER.md, "Link writes").
+            tokio::task::yield_now().await;
+        }
+        let now = Instant::now().into_std();
+        self.channel.poll_transmit(now, &mut self.out)
     }
 
     /// Asks the channel's read gate; a PUBLISH it held back may be routed now, so doorbells
@@ -572,14 +686,15 @@ mod tests {
             info,
             broker,
             settings,
+            shutdown,
         );
-        let task = connection.run(shutdown, ());
+        let task = connection.run(());
         let size = std::mem::size_of_val(&task);
-        // 648 here, 664 in the server (whose guard is 16 bytes): with tokio's task header,
-        // scheduler handle, stage tag and trailer (104 bytes) the task's allocation is 768
-        // bytes, which grows in steps of 128 (tokio aligns the task cell to 128). A few bytes
-        // more in the server make it 896: measure P6 before raising this.
-        assert!(size <= 648, "connection future is {size} bytes");
+        // 376 here, 392 in the server (whose guard is 16 bytes): with tokio's task header,
+        // scheduler handle, stage tag and trailer (104 bytes) the task's allocation is 512
+        // bytes, which grows in steps of 128 (tokio aligns the task cell to 128). 17 bytes
+        // more in the server make it 640: measure P6 before raising this.
+        assert!(size <= 392, "connection future is {size} bytes");
         eprintln!(
             "connection future: {size} bytes (connection {}, channel {})",
             std::mem::size_of::<Connection<Tcp>>(),

@@ -443,12 +443,12 @@ async fn handshake_then_serve<G: Send + 'static>(
     // handshake (several KiB) for its whole life.
     match transport {
         Handshaken::Stream(stream) => {
-            let connection = Connection::new(Polled::new(stream), info, broker, settings);
-            tokio::spawn(connection.run(shutdown, guard));
+            let connection = Connection::new(Polled::new(stream), info, broker, settings, shutdown);
+            tokio::spawn(connection.run(guard));
         }
         Handshaken::Tls(tls) => {
-            let connection = Connection::new(*tls, info, broker, settings);
-            tokio::spawn(connection.run(shutdown, guard));
+            let connection = Connection::new(*tls, info, broker, settings, shutdown);
+            tokio::spawn(connection.run(guard));
         }
     }
 }
