@@ -1,6 +1,9 @@
 //! One task per client connection: read, decode, hand packets to the channel, ring doorbells,
-//! write. Waits on socket readiness, the session's doorbell, one deadline (connect timeout or
-//! keep alive) and shutdown — nothing else per connection.
+//! write. Waits on socket readiness and on the session's doorbell, which also rings at
+//! shutdown and when the connection's one deadline (connect timeout or keep alive) passes
+//! ([`ListenerConnections`]) — nothing else per connection.
+
+mod table;
 
 use crate::config::Config;
 use crate::transport::tcp::Tcp;
@@ -11,14 +14,15 @@ use hayate_core::stats::Stats;
 use hayate_core::{
     Arrival, Broker, Channel, Close, CloseReason, ConnectionInfo, OutBuf, ReadGate, WakeList,
 };
-use parking_lot::Mutex;
+use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use table::Due;
+pub(crate) use table::ListenerConnections;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -94,15 +98,15 @@ pub(crate) struct Connection<T> {
     /// The channel stopped taking packets (back-pressure or the PUBLISH rate limit) with bytes
     /// left in `read_buf`: handle those before reading more.
     input_pending: bool,
-    /// The listener's shutdown, which rings this connection's doorbell (in slot
-    /// `shutdown_slot` until the connection is dropped).
-    shutdown: Arc<ShutdownSignal>,
-    shutdown_slot: u32,
+    /// The listener's open connections, where this one is in `slot` until dropped: its
+    /// doorbell rings at shutdown and when its deadline passes.
+    table: Arc<ListenerConnections>,
+    slot: u32,
 }
 
 impl<T> Drop for Connection<T> {
     fn drop(&mut self) {
-        self.shutdown.unregister(self.shutdown_slot);
+        self.table.unregister(self.slot);
     }
 }
 
@@ -118,7 +122,7 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
     info: ConnectionInfo,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
-    shutdown: Arc<ShutdownSignal>,
+    shutdown: Arc<ListenerConnections>,
     guard: G,
 ) {
     let stream = match Tcp::new(stream, settings.keep_arrival_order) {
@@ -132,113 +136,31 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
     tokio::spawn(connection.run(guard));
 }
 
-/// Server shutdown as connections see it: a flag, and the doorbells of the open connections,
-/// rung when the flag is set. A connection waits on its doorbell anyway; a wait of its own on a
-/// shared `Notify` would cost every connection's task 64 bytes while idle (and a lock of the
-/// shared waiter list on each wake-up).
-#[derive(Debug, Default)]
-pub(crate) struct ShutdownSignal {
-    started: AtomicBool,
-    doorbells: Mutex<Doorbells>,
-}
-
-/// The doorbells of the open connections, by slot; a closed connection's slot is reused.
-#[derive(Debug, Default)]
-struct Doorbells {
-    slots: Vec<Option<Arc<Notify>>>,
-    free: Vec<u32>,
-}
-
-impl ShutdownSignal {
-    /// Starts shutdown for every connection registered with this signal, now or later.
-    pub fn trigger(&self) {
-        self.started.store(true, Ordering::SeqCst);
-        for doorbell in self.doorbells.lock().slots.iter().flatten() {
-            doorbell.notify_one();
-        }
-    }
-
-    /// True once shutdown has started. A connection registers before it first looks, so that
-    /// a trigger in between rings its doorbell.
-    fn started(&self) -> bool {
-        self.started.load(Ordering::SeqCst)
-    }
-
-    /// Rings `doorbell` at shutdown until [`Self::unregister`] is called with the slot returned.
-    fn register(&self, doorbell: &Arc<Notify>) -> u32 {
-        let mut doorbells = self.doorbells.lock();
-        match doorbells.free.pop() {
-            Some(slot) => {
-                doorbells.slots[slot as usize] = Some(doorbell.clone());
-                slot
-            }
-            None => {
-                doorbells.slots.push(Some(doorbell.clone()));
-                u32::try_from(doorbells.slots.len() - 1).expect("fewer than 2^32 connections")
-            }
-        }
-    }
-
-    fn unregister(&self, slot: u32) {
-        let mut doorbells = self.doorbells.lock();
-        doorbells.slots[slot as usize] = None;
-        doorbells.free.push(slot);
-    }
-}
-
-/// What an idle connection waits on besides its socket: its deadline (the connect timeout, then
-/// keep alive) and its doorbell. In one allocation made once per connection: inline, the two
-/// would be 176 bytes of every connection's task (which grows in steps of 128 bytes).
+/// What an idle connection waits on besides its socket: its doorbell, rung for messages, for
+/// shutdown and when its deadline passes ([`ListenerConnections`]). Boxed, made once per
+/// connection and waited on anew in place: inline, the 64-byte wait would not fit in a 512-byte
+/// task (which grows in steps of 128).
 struct Waits {
-    timer: tokio::time::Sleep,
     doorbell: tokio::sync::futures::OwnedNotified,
-    /// The doorbell itself, to wait on anew each time it rings.
-    bell: Arc<Notify>,
-}
-
-/// Which of [`Waits`] ended.
-enum Woken {
-    Timer,
-    Doorbell,
+    /// The deadline registered (connect timeout, then keep alive).
+    armed: Cell<Due>,
 }
 
 impl Waits {
-    fn new(deadline: Instant, doorbell: Arc<Notify>) -> Pin<Box<Waits>> {
+    fn new(doorbell: Arc<Notify>, armed: Due) -> Pin<Box<Waits>> {
         Box::pin(Waits {
-            timer: tokio::time::sleep_until(deadline),
-            doorbell: doorbell.clone().notified_owned(),
-            bell: doorbell,
+            doorbell: doorbell.notified_owned(),
+            armed: Cell::new(armed),
         })
-    }
-
-    fn timer(self: Pin<&mut Self>) -> Pin<&mut tokio::time::Sleep> {
-        #[allow(unsafe_code)]
-        // SAFETY: `timer` is pinned whenever `Waits` is: it is never moved out of a pinned
-        // `Waits` (no method hands it out unpinned, and `Waits` has no `Drop` impl).
-        unsafe {
-            self.map_unchecked_mut(|waits| &mut waits.timer)
-        }
     }
 
     fn doorbell(self: Pin<&mut Self>) -> Pin<&mut tokio::sync::futures::OwnedNotified> {
         #[allow(unsafe_code)]
-        // SAFETY: as for `timer`: `doorbell` is never moved out of a pinned `Waits`.
+        // SAFETY: `doorbell` is pinned whenever `Waits` is: it is never moved out of a pinned
+        // `Waits` (no method hands it out unpinned, and `Waits` has no `Drop` impl).
         unsafe {
             self.map_unchecked_mut(|waits| &mut waits.doorbell)
         }
-    }
-
-    /// Waits for the doorbell to ring (and waits on it anew) or the deadline to pass.
-    fn poll_woken(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woken> {
-        if self.as_mut().doorbell().poll(cx).is_ready() {
-            let again = self.bell.clone().notified_owned();
-            self.as_mut().doorbell().set(again);
-            return Poll::Ready(Woken::Doorbell);
-        }
-        if self.as_mut().timer().poll(cx).is_ready() {
-            return Poll::Ready(Woken::Timer);
-        }
-        Poll::Pending
     }
 }
 
@@ -282,13 +204,13 @@ impl<T: Transport> Connection<T> {
         info: ConnectionInfo,
         broker: Arc<Broker>,
         settings: Arc<ConnectionSettings>,
-        shutdown: Arc<ShutdownSignal>,
+        table: Arc<ListenerConnections>,
     ) -> Connection<T> {
         let channel = Channel::new(broker, info, Instant::now().into_std());
-        let shutdown_slot = shutdown.register(channel.doorbell());
+        let slot = table.register(channel.doorbell());
         Connection {
-            shutdown,
-            shutdown_slot,
+            table,
+            slot,
             stream,
             settings,
             channel,
@@ -314,23 +236,18 @@ impl<T: Transport> Connection<T> {
     }
 
     async fn serve(&mut self) -> Option<Close> {
-        // The shutdown signal rings the doorbell (registered before this look, so that a
-        // trigger in between is not missed).
-        if self.shutdown.started() {
+        // Shutdown rings the doorbell (registered before this look, so that a trigger in
+        // between is not missed).
+        if self.table.started() {
             return Some(self.channel.close_with(
                 ReasonCode::SERVER_SHUTTING_DOWN,
                 CloseReason::ServerShutdown,
                 &mut self.out,
             ));
         }
-        // One timer per connection: the connect timeout, then the keep-alive deadline. It is
-        // not moved on every read; when it fires early (traffic arrived since it was set) the
-        // channel says so and it is re-armed, so a busy connection touches the timer wheel
-        // about once per keep-alive period. Boxed: inline it would be a sixth of the task.
-        let mut waits = Waits::new(
-            self.channel.poll_timeout().into(),
-            self.channel.doorbell().clone(),
-        );
+        // One deadline per connection: the connect timeout, then keep alive ([`Self::arm`]).
+        let armed = self.arm();
+        let mut waits = Waits::new(self.channel.doorbell().clone(), armed);
         let mut timer_armed_for_keep_alive = false;
         // The doorbell rang while there was nothing to do for it yet (before CONNECT
         // completed, or with output backlogged): transmit once that changes.
@@ -358,10 +275,7 @@ impl<T: Transport> Connection<T> {
             }
             if self.channel.is_connected() && !timer_armed_for_keep_alive {
                 timer_armed_for_keep_alive = true;
-                waits
-                    .as_mut()
-                    .timer()
-                    .reset(self.channel.poll_timeout().into());
+                waits.armed.set(self.arm());
             }
             // Our own output backlogged: read nothing until it flushes (no gate to ask).
             // Otherwise the channel's read gate says whether to read (back-pressure from a
@@ -400,23 +314,31 @@ impl<T: Transport> Connection<T> {
                     }
                 }
                 _ = std::future::poll_fn(|cx| poll_pause(&mut pause, cx)), if pause.is_some() => {}
-                woken = std::future::poll_fn(|cx| waits.as_mut().poll_woken(cx)) => match woken {
-                    Woken::Doorbell => {
-                        if self.shutdown.started() {
-                            return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
-                        }
-                        rung = true;
+                _ = std::future::poll_fn(|cx| waits.as_mut().doorbell().poll(cx)) => {
+                    waits.as_mut().doorbell().set(self.channel.doorbell().clone().notified_owned());
+                    if self.table.started() {
+                        return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
                     }
-                    Woken::Timer => {
-                        let now = Instant::now().into_std();
-                        if let Err(close) = self.channel.handle_timeout(now, reading, &mut self.out) {
+                    let now = Instant::now();
+                    if self.table.is_due(waits.armed.get(), now) {
+                        if let Err(close) = self.channel.handle_timeout(now.into_std(), reading, &mut self.out) {
                             return Some(close);
                         }
-                        waits.as_mut().timer().reset(self.channel.poll_timeout().into());
+                        waits.armed.set(self.arm());
                     }
-                },
+                    rung = true;
+                }
             }
         }
+    }
+
+    /// Registers the channel's deadline (the connect timeout, then keep alive): the doorbell
+    /// rings when it passes. When it passes early (traffic arrived since it was set) the
+    /// channel says so and it is registered again, so a busy connection registers about once
+    /// per keep-alive period.
+    fn arm(&self) -> Due {
+        self.table
+            .set_deadline(self.slot, self.channel.poll_timeout().into())
     }
 
     /// The doorbell rang (messages queued, a takeover, a kick): sends what the session has.
@@ -676,7 +598,7 @@ mod tests {
             std::time::Instant::now(),
         );
         let settings = Arc::new(ConnectionSettings::from_config(&config));
-        let shutdown = Arc::new(ShutdownSignal::default());
+        let shutdown = Arc::new(ListenerConnections::default());
         let info = ConnectionInfo {
             peer: Some(addr),
             ..ConnectionInfo::default()
