@@ -625,5 +625,9 @@ mod tests {
         // Every session holds one, idle or not.
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 256, "SessionState is {session} bytes");
+        // Every session holds one too (behind an `Arc`: 16 bytes more, and glibc's 8-byte
+        // header): at most 88 bytes keeps that allocation in a 112-byte chunk.
+        let client = std::mem::size_of::<hayate_core::ClientInfo>();
+        assert!(client <= 88, "ClientInfo is {client} bytes");
     }
 }
