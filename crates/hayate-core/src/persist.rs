@@ -579,11 +579,7 @@ fn stored_will(will: &PendingWill) -> Option<StoredWill> {
         delay,
         username: will.client.username.as_deref().map(str::to_string),
         listener: will.client.listener.name.to_string(),
-        transport_identity: will
-            .client
-            .transport_identity
-            .as_deref()
-            .map(str::to_string),
+        transport_identity: will.client.transport_identity().map(|id| id.to_string()),
     })
 }
 
@@ -610,14 +606,11 @@ fn pending_will(client_id: &Arc<str>, stored: &StoredWill, publisher: u64) -> Op
             properties,
         },
         publisher,
-        client: Arc::new(ClientInfo {
-            client_id: client_id.clone(),
-            username: stored.username.as_deref().map(Arc::from),
-            peer: None,
-            listener: Arc::new(listener),
-            transport_identity: stored.transport_identity.as_deref().map(Arc::from),
-            grant: None,
-            connected: hayate_session::Arrival::UNKNOWN,
+        client: Arc::new({
+            let mut client = ClientInfo::new(client_id.clone(), Arc::new(listener));
+            client.username = stored.username.as_deref().map(Arc::from);
+            client.set_transport_identity(stored.transport_identity.as_deref().map(Arc::from));
+            client
         }),
     })
 }

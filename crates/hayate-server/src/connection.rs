@@ -1,6 +1,9 @@
 //! One task per client connection: read, decode, hand packets to the channel, ring doorbells,
-//! write. Waits on socket readiness, the session's doorbell, one deadline (connect timeout or
-//! keep alive) and shutdown — nothing else per connection.
+//! write. Waits on socket readiness and on the session's doorbell, which also rings at
+//! shutdown and when the connection's one deadline (connect timeout or keep alive) passes
+//! ([`ListenerConnections`]) — nothing else per connection.
+
+mod table;
 
 use crate::config::Config;
 use crate::transport::tcp::Tcp;
@@ -11,13 +14,15 @@ use hayate_core::stats::Stats;
 use hayate_core::{
     Arrival, Broker, Channel, Close, CloseReason, ConnectionInfo, OutBuf, ReadGate, WakeList,
 };
+use std::cell::Cell;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use table::Due;
+pub(crate) use table::ListenerConnections;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -93,6 +98,16 @@ pub(crate) struct Connection<T> {
     /// The channel stopped taking packets (back-pressure or the PUBLISH rate limit) with bytes
     /// left in `read_buf`: handle those before reading more.
     input_pending: bool,
+    /// The listener's open connections, where this one is in `slot` until dropped: its
+    /// doorbell rings at shutdown and when its deadline passes.
+    table: Arc<ListenerConnections>,
+    slot: u32,
+}
+
+impl<T> Drop for Connection<T> {
+    fn drop(&mut self) {
+        self.table.unregister(self.slot);
+    }
 }
 
 /// Starts the task that serves one accepted plain-TCP connection. `guard` is dropped when the
@@ -107,7 +122,7 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
     info: ConnectionInfo,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
-    shutdown: Arc<ShutdownSignal>,
+    shutdown: Arc<ListenerConnections>,
     guard: G,
 ) {
     let stream = match Tcp::new(stream, settings.keep_arrival_order) {
@@ -117,34 +132,35 @@ pub(crate) fn spawn_connection<G: Send + 'static>(
             return;
         }
     };
-    let connection = Connection::new(stream, info, broker, settings);
-    tokio::spawn(connection.run(shutdown, guard));
+    let connection = Connection::new(stream, info, broker, settings, shutdown);
+    tokio::spawn(connection.run(guard));
 }
 
-/// Server shutdown as connections see it: a flag and a wake-up. Every connection's task holds
-/// the wait for its whole life, and this one is half the size of a `watch::Receiver::changed`.
-#[derive(Debug, Default)]
-pub(crate) struct ShutdownSignal {
-    started: AtomicBool,
-    notify: Notify,
+/// What an idle connection waits on besides its socket: its doorbell, rung for messages, for
+/// shutdown and when its deadline passes ([`ListenerConnections`]). Boxed, made once per
+/// connection and waited on anew in place: inline, the 64-byte wait would not fit in a 512-byte
+/// task (which grows in steps of 128).
+struct Waits {
+    doorbell: tokio::sync::futures::OwnedNotified,
+    /// The deadline registered (connect timeout, then keep alive).
+    armed: Cell<Due>,
 }
 
-impl ShutdownSignal {
-    /// Starts shutdown for every connection waiting on this signal, now or later.
-    pub fn trigger(&self) {
-        self.started.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
+impl Waits {
+    fn new(doorbell: Arc<Notify>, armed: Due) -> Pin<Box<Waits>> {
+        Box::pin(Waits {
+            doorbell: doorbell.notified_owned(),
+            armed: Cell::new(armed),
+        })
     }
 
-    /// The wait for shutdown, to be enabled (`Notified::enable`) before [`Self::started`] is
-    /// read, so that a trigger in between is not missed.
-    fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
-    }
-
-    /// True once shutdown has started.
-    fn started(&self) -> bool {
-        self.started.load(Ordering::SeqCst)
+    fn doorbell(self: Pin<&mut Self>) -> Pin<&mut tokio::sync::futures::OwnedNotified> {
+        #[allow(unsafe_code)]
+        // SAFETY: `doorbell` is pinned whenever `Waits` is: it is never moved out of a pinned
+        // `Waits` (no method hands it out unpinned, and `Waits` has no `Drop` impl).
+        unsafe {
+            self.map_unchecked_mut(|waits| &mut waits.doorbell)
+        }
     }
 }
 
@@ -188,9 +204,13 @@ impl<T: Transport> Connection<T> {
         info: ConnectionInfo,
         broker: Arc<Broker>,
         settings: Arc<ConnectionSettings>,
+        table: Arc<ListenerConnections>,
     ) -> Connection<T> {
         let channel = Channel::new(broker, info, Instant::now().into_std());
+        let slot = table.register(channel.doorbell());
         Connection {
+            table,
+            slot,
             stream,
             settings,
             channel,
@@ -204,38 +224,34 @@ impl<T: Transport> Connection<T> {
     /// `async fn` taking `mut self`, which would hold the connection twice (argument and local).
     pub(crate) fn run<G: Send + 'static>(
         self,
-        shutdown: Arc<ShutdownSignal>,
         guard: G,
     ) -> impl std::future::Future<Output = ()> + Send {
         let mut connection = self;
         async move {
             let _guard = &guard;
-            let close = connection.serve(&shutdown).await;
-            connection.close(close).await;
+            let close = connection.serve().await;
+            // Boxed: only a closing connection needs the space of its lingering wait.
+            Box::pin(connection.close(close)).await;
         }
     }
 
-    async fn serve(&mut self, shutdown: &ShutdownSignal) -> Option<Close> {
-        // Registered once for the connection's life: the shutdown signal is shared by every
-        // connection, and a wait made anew on each pass through the loop would take its lock
-        // twice per wake-up (every connection contending for it).
-        let shutdown_wait = shutdown.notified();
-        tokio::pin!(shutdown_wait);
-        shutdown_wait.as_mut().enable();
-        if shutdown.started() {
+    async fn serve(&mut self) -> Option<Close> {
+        // Shutdown rings the doorbell (registered before this look, so that a trigger in
+        // between is not missed).
+        if self.table.started() {
             return Some(self.channel.close_with(
                 ReasonCode::SERVER_SHUTTING_DOWN,
                 CloseReason::ServerShutdown,
                 &mut self.out,
             ));
         }
-        // One timer per connection: the connect timeout, then the keep-alive deadline. It is
-        // not moved on every read; when it fires early (traffic arrived since it was set) the
-        // channel says so and it is re-armed, so a busy connection touches the timer wheel
-        // about once per keep-alive period.
-        let timer = tokio::time::sleep_until(self.channel.poll_timeout().into());
-        tokio::pin!(timer);
+        // One deadline per connection: the connect timeout, then keep alive ([`Self::arm`]).
+        let armed = self.arm();
+        let mut waits = Waits::new(self.channel.doorbell().clone(), armed);
         let mut timer_armed_for_keep_alive = false;
+        // The doorbell rang while there was nothing to do for it yet (before CONNECT
+        // completed, or with output backlogged): transmit once that changes.
+        let mut rung = false;
         loop {
             if let Err(error) = self.flush() {
                 tracing::debug!(peer = ?self.channel.peer(), %error, "write_failed");
@@ -250,9 +266,16 @@ impl<T: Transport> Connection<T> {
                 }
                 continue;
             }
+            if rung && self.channel.is_connected() && !backlogged {
+                rung = false;
+                if let Err(close) = self.on_doorbell().await {
+                    return Some(close);
+                }
+                continue;
+            }
             if self.channel.is_connected() && !timer_armed_for_keep_alive {
                 timer_armed_for_keep_alive = true;
-                timer.as_mut().reset(self.channel.poll_timeout().into());
+                waits.armed.set(self.arm());
             }
             // Our own output backlogged: read nothing until it flushes (no gate to ask).
             // Otherwise the channel's read gate says whether to read (back-pressure from a
@@ -290,31 +313,44 @@ impl<T: Transport> Connection<T> {
                         Err(_) => return None,
                     }
                 }
-                _ = self.channel.doorbell().notified(), if self.channel.is_connected() && !backlogged => {
-                    if self.channel.listener_role() == hayate_core::ListenerRole::Cluster {
-                        // Another node's link: runs again once the tasks ready now have run,
-                        // so that what they route for that node leaves in the same write; no
-                        // delay when the node is idle (docs/CLUSTER.md, "Link writes").
-                        tokio::task::yield_now().await;
-                    }
-                    let now = Instant::now().into_std();
-                    if let Err(close) = self.channel.poll_transmit(now, &mut self.out) {
-                        return Some(close);
-                    }
-                }
                 _ = std::future::poll_fn(|cx| poll_pause(&mut pause, cx)), if pause.is_some() => {}
-                _ = &mut timer => {
-                    let now = Instant::now().into_std();
-                    if let Err(close) = self.channel.handle_timeout(now, reading, &mut self.out) {
-                        return Some(close);
+                _ = std::future::poll_fn(|cx| waits.as_mut().doorbell().poll(cx)) => {
+                    waits.as_mut().doorbell().set(self.channel.doorbell().clone().notified_owned());
+                    if self.table.started() {
+                        return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
                     }
-                    timer.as_mut().reset(self.channel.poll_timeout().into());
-                }
-                _ = &mut shutdown_wait => {
-                    return Some(self.channel.close_with(ReasonCode::SERVER_SHUTTING_DOWN, CloseReason::ServerShutdown, &mut self.out));
+                    let now = Instant::now();
+                    if self.table.is_due(waits.armed.get(), now) {
+                        if let Err(close) = self.channel.handle_timeout(now.into_std(), reading, &mut self.out) {
+                            return Some(close);
+                        }
+                        waits.armed.set(self.arm());
+                    }
+                    rung = true;
                 }
             }
         }
+    }
+
+    /// Registers the channel's deadline (the connect timeout, then keep alive): the doorbell
+    /// rings when it passes. When it passes early (traffic arrived since it was set) the
+    /// channel says so and it is registered again, so a busy connection registers about once
+    /// per keep-alive period.
+    fn arm(&self) -> Due {
+        self.table
+            .set_deadline(self.slot, self.channel.poll_timeout().into())
+    }
+
+    /// The doorbell rang (messages queued, a takeover, a kick): sends what the session has.
+    async fn on_doorbell(&mut self) -> Result<(), Close> {
+        if self.channel.listener_role() == hayate_core::ListenerRole::Cluster {
+            // Another node's link: runs again once the tasks ready now have run, so that what
+            // they route for that node leaves in the same write; no delay when the node is
+            // idle (docs/CLUSTER.md, "Link writes").
+            tokio::task::yield_now().await;
+        }
+        let now = Instant::now().into_std();
+        self.channel.poll_transmit(now, &mut self.out)
     }
 
     /// Asks the channel's read gate; a PUBLISH it held back may be routed now, so doorbells
@@ -562,7 +598,7 @@ mod tests {
             std::time::Instant::now(),
         );
         let settings = Arc::new(ConnectionSettings::from_config(&config));
-        let shutdown = Arc::new(ShutdownSignal::default());
+        let shutdown = Arc::new(ListenerConnections::default());
         let info = ConnectionInfo {
             peer: Some(addr),
             ..ConnectionInfo::default()
@@ -572,14 +608,15 @@ mod tests {
             info,
             broker,
             settings,
+            shutdown,
         );
-        let task = connection.run(shutdown, ());
+        let task = connection.run(());
         let size = std::mem::size_of_val(&task);
-        // 648 here, 664 in the server (whose guard is 16 bytes): with tokio's task header,
-        // scheduler handle, stage tag and trailer (104 bytes) the task's allocation is 768
-        // bytes, which grows in steps of 128 (tokio aligns the task cell to 128). A few bytes
-        // more in the server make it 896: measure P6 before raising this.
-        assert!(size <= 648, "connection future is {size} bytes");
+        // 376 here, 392 in the server (whose guard is 16 bytes): with tokio's task header,
+        // scheduler handle, stage tag and trailer (104 bytes) the task's allocation is 512
+        // bytes, which grows in steps of 128 (tokio aligns the task cell to 128). 17 bytes
+        // more in the server make it 640: measure P6 before raising this.
+        assert!(size <= 392, "connection future is {size} bytes");
         eprintln!(
             "connection future: {size} bytes (connection {}, channel {})",
             std::mem::size_of::<Connection<Tcp>>(),
@@ -588,5 +625,9 @@ mod tests {
         // Every session holds one, idle or not.
         let session = std::mem::size_of::<hayate_core::registry::SessionState>();
         assert!(session <= 256, "SessionState is {session} bytes");
+        // Every session holds one too (behind an `Arc`: 16 bytes more, and glibc's 8-byte
+        // header): at most 88 bytes keeps that allocation in a 112-byte chunk.
+        let client = std::mem::size_of::<hayate_core::ClientInfo>();
+        assert!(client <= 88, "ClientInfo is {client} bytes");
     }
 }

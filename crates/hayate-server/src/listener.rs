@@ -6,7 +6,7 @@ mod set;
 pub use set::ServerReload;
 
 use crate::config::{Config, ListenerConfig, TransportKind};
-use crate::connection::{spawn_connection, Connection, ConnectionSettings, ShutdownSignal};
+use crate::connection::{spawn_connection, Connection, ConnectionSettings, ListenerConnections};
 use crate::transport::psk::{PskAcceptorHandle, PskSettings};
 use crate::transport::tls::{self, TlsAcceptorHandle, TlsFiles};
 use crate::transport::tls_tcp::{self, TlsTcp};
@@ -316,7 +316,7 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
     mut stop: oneshot::Receiver<oneshot::Sender<()>>,
 ) {
-    let connections_shutdown = Arc::new(ShutdownSignal::default());
+    let connections_shutdown = ListenerConnections::start();
     let mut last_error_log: Option<tokio::time::Instant> = None;
     let mut next_accept = tokio::time::Instant::now();
     let ended = loop {
@@ -413,7 +413,7 @@ async fn handshake_then_serve<G: Send + 'static>(
     runtime: Arc<ListenerRuntime>,
     broker: Arc<Broker>,
     settings: Arc<ConnectionSettings>,
-    shutdown: Arc<ShutdownSignal>,
+    shutdown: Arc<ListenerConnections>,
     guard: G,
 ) {
     let handshake = async {
@@ -443,12 +443,12 @@ async fn handshake_then_serve<G: Send + 'static>(
     // handshake (several KiB) for its whole life.
     match transport {
         Handshaken::Stream(stream) => {
-            let connection = Connection::new(Polled::new(stream), info, broker, settings);
-            tokio::spawn(connection.run(shutdown, guard));
+            let connection = Connection::new(Polled::new(stream), info, broker, settings, shutdown);
+            tokio::spawn(connection.run(guard));
         }
         Handshaken::Tls(tls) => {
-            let connection = Connection::new(*tls, info, broker, settings);
-            tokio::spawn(connection.run(shutdown, guard));
+            let connection = Connection::new(*tls, info, broker, settings, shutdown);
+            tokio::spawn(connection.run(guard));
         }
     }
 }

@@ -621,7 +621,7 @@ impl AuthHook for SecurityHook {
         if client.listener.identity_as_username {
             // Mosquitto's use_identity_as_username: the certificate or PSK identity is the
             // user name, and no password is asked for.
-            return match &client.transport_identity {
+            return match client.transport_identity() {
                 Some(identity) => Ok(Authenticated {
                     username: Some(identity.clone()),
                     grant: None,
@@ -837,7 +837,7 @@ impl EnhancedAuth for ScramExchange {
 
 /// The JWT grant a client authenticated with, if any.
 fn jwt_grant(client: &ClientInfo) -> Option<&JwtGrant> {
-    client.grant.as_deref()?.downcast_ref::<JwtGrant>()
+    client.grant()?.downcast_ref::<JwtGrant>()
 }
 
 /// The password as a JWT when it looks like one: three base64url parts separated by dots,
@@ -938,15 +938,8 @@ mod tests {
             ..AuthConfig::default()
         };
         assert!(config.prepare().is_err());
-        let client = ClientInfo {
-            client_id: "c".into(),
-            username: Some("u".into()),
-            peer: None,
-            listener: Default::default(),
-            transport_identity: None,
-            grant: None,
-            connected: hayate_core::Arrival::UNKNOWN,
-        };
+        let mut client = ClientInfo::new("c".into(), Default::default());
+        client.username = Some("u".into());
         assert_eq!(
             config.authenticate(&client, Some(b"p")).unwrap_err(),
             ReasonCode::SERVER_UNAVAILABLE
@@ -1027,15 +1020,10 @@ mod tests {
     }
 
     fn client(username: Option<&str>) -> ClientInfo {
-        ClientInfo {
-            client_id: "c".into(),
-            username: username.map(Into::into),
-            peer: Some(([127, 0, 0, 1], 4000).into()),
-            listener: Default::default(),
-            transport_identity: None,
-            grant: None,
-            connected: hayate_core::Arrival::UNKNOWN,
-        }
+        let mut client = ClientInfo::new("c".into(), Default::default());
+        client.username = username.map(Into::into);
+        client.peer = Some(([127, 0, 0, 1], 4000).into());
+        client
     }
 
     #[test]
@@ -1120,7 +1108,7 @@ mod tests {
             hook.authenticate(&by_identity, Some(b"x")).unwrap_err(),
             ReasonCode::NOT_AUTHORIZED
         );
-        by_identity.transport_identity = Some("device-7".into());
+        by_identity.set_transport_identity(Some("device-7".into()));
         let admitted = hook.authenticate(&by_identity, None).unwrap();
         assert_eq!(admitted.username.as_deref(), Some("device-7"));
         // No enhanced authentication where the transport identity is the user name.

@@ -123,21 +123,20 @@ impl Channel {
             }
         }
 
-        let client = ClientInfo {
+        let mut client = ClientInfo::new(
             client_id,
-            username: connect.username.as_ref().map(|u| Arc::from(u.as_str())),
-            peer: self.peer(),
-            listener: self
-                .info
+            self.info
                 .as_ref()
                 .map_or_else(Default::default, |info| info.listener.clone()),
-            transport_identity: self
-                .info
+        );
+        client.username = connect.username.as_ref().map(|u| Arc::from(u.as_str()));
+        client.peer = self.peer();
+        client.connected = self.arrival;
+        client.set_transport_identity(
+            self.info
                 .as_ref()
                 .and_then(|info| info.transport_identity.clone()),
-            grant: None,
-            connected: self.arrival,
-        };
+        );
         let method = connect
             .properties
             .authentication_method
@@ -486,7 +485,7 @@ pub(super) fn admitted(mut client: ClientInfo, authenticated: Authenticated) -> 
     if let Some(username) = authenticated.username {
         client.username = Some(username);
     }
-    client.grant = authenticated.grant;
+    client.set_grant(authenticated.grant);
     client
 }
 
