@@ -22,7 +22,7 @@ use crate::router::WakeList;
 use crate::stats::Stats;
 use auth::AuthState;
 use hayate_codec::{
-    encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, QoS, ReasonCode,
+    encode, Disconnect, Packet, PacketType, Properties, ProtocolVersion, QoS, ReasonCode,
 };
 use hayate_session::{Arrival, OutBuf};
 use std::net::SocketAddr;
@@ -349,13 +349,8 @@ impl Channel {
                 } else {
                     ReasonCode::PACKET_IDENTIFIER_NOT_FOUND
                 };
-                let comp = PubResp {
-                    packet_id: rel.packet_id,
-                    reason_code: reason,
-                    properties: Properties::default(),
-                };
                 // Once the client has PUBCOMP it may reuse the id: the release is stored first.
-                self.send_ack(ticket, Packet::PubComp(comp), out);
+                self.send_pub_resp(ticket, PacketType::PubComp, rel.packet_id, reason, out);
                 Ok(())
             }
             Packet::Subscribe(subscribe) => self.handle_subscribe(subscribe, now, out),
