@@ -4,7 +4,8 @@
 
 use bytes::{Bytes, BytesMut};
 use hayate_codec::{
-    decode, encode, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
+    decode, encode, encode_pub_resp, Packet, PacketId, PacketType, Properties, ProtocolVersion,
+    PubResp, Publish, QoS, ReasonCode,
 };
 
 fn main() {
@@ -75,5 +76,33 @@ fn decode_puback_v5(bencher: divan::Bencher) {
     bencher.bench_local(|| {
         let mut buf = BytesMut::from(&wire[..]);
         decode(divan::black_box(&mut buf), ProtocolVersion::V5, u32::MAX).unwrap()
+    });
+}
+
+/// A PUBACK as the broker writes one for each QoS 1 PUBLISH: through `encode` of a built
+/// packet, and through `encode_pub_resp`.
+#[divan::bench]
+fn encode_puback_v311_packet(bencher: divan::Bencher) {
+    let mut buf = BytesMut::with_capacity(64);
+    bencher.bench_local(|| {
+        buf.clear();
+        let ack = Packet::PubAck(PubResp::new(divan::black_box(PacketId::new(9).unwrap())));
+        encode(&ack, ProtocolVersion::V311, &mut buf).unwrap();
+    });
+}
+
+#[divan::bench]
+fn encode_puback_v311_direct(bencher: divan::Bencher) {
+    let mut buf = BytesMut::with_capacity(64);
+    bencher.bench_local(|| {
+        buf.clear();
+        encode_pub_resp(
+            PacketType::PubAck,
+            divan::black_box(PacketId::new(9).unwrap()),
+            ReasonCode::SUCCESS,
+            ProtocolVersion::V311,
+            &mut buf,
+        )
+        .unwrap();
     });
 }

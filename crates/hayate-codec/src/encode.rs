@@ -8,7 +8,7 @@
 //! given return code). At v3 levels, properties and v5-only reason codes are dropped.
 
 use crate::error::EncodeError;
-use crate::packet::{Connect, Packet, PubResp, SubscriptionOptions};
+use crate::packet::{Connect, Packet, PacketType, PubResp, SubscriptionOptions};
 use crate::properties::Properties;
 use crate::props::{checked_property_block_len, property_block_len, write_properties};
 use crate::types::{PacketId, ProtocolVersion, QoS, ReasonCode};
@@ -187,6 +187,36 @@ fn fixed_header(packet: &Packet, version: ProtocolVersion) -> Result<(u8, usize)
             (0xF0, len)
         }
     })
+}
+
+/// Appends a PUBACK, PUBREC, PUBREL or PUBCOMP without properties: the same bytes as
+/// [`encode`] of that packet with `Properties::default()`, without building the packet (the
+/// broker writes one of these for nearly every QoS 1/2 message). Any other `packet_type` is
+/// [`EncodeError::InvalidValue`] and appends nothing.
+pub fn encode_pub_resp(
+    packet_type: PacketType,
+    packet_id: PacketId,
+    reason_code: ReasonCode,
+    version: ProtocolVersion,
+    buf: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let first = match packet_type {
+        PacketType::PubAck => 0x40,
+        PacketType::PubRec => 0x50,
+        // [MQTT-3.6.1-1] PUBREL fixed header flags 0010.
+        PacketType::PubRel => 0x62,
+        PacketType::PubComp => 0x70,
+        _ => return Err(EncodeError::InvalidValue),
+    };
+    let [high, low] = packet_id.get().to_be_bytes();
+    // 3.4.2.1: the reason code is omitted (remaining length 2) when it is 0x00 and there are
+    // no properties; v3 has none. 3.4.2.2.1: no property length below remaining length 4.
+    if version.is_v5() && reason_code != ReasonCode::SUCCESS {
+        buf.put_slice(&[first, 3, high, low, reason_code.0]);
+    } else {
+        buf.put_slice(&[first, 2, high, low]);
+    }
+    Ok(())
 }
 
 fn pub_resp_len(r: &PubResp, v5: bool) -> Result<usize, EncodeError> {

@@ -27,7 +27,8 @@ mod tests;
 
 pub use decode::{decode, peek_packet_len, read_variable_int};
 pub use encode::{
-    encode, encode_publish_header, publish_header_len, variable_int_len, write_variable_int,
+    encode, encode_pub_resp, encode_publish_header, publish_header_len, variable_int_len,
+    write_variable_int,
 };
 pub use error::{DecodeError, EncodeError};
 pub use packet::{

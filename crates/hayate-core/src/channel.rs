@@ -22,7 +22,7 @@ use crate::router::WakeList;
 use crate::stats::Stats;
 use auth::AuthState;
 use hayate_codec::{
-    encode, Disconnect, Packet, Properties, ProtocolVersion, PubResp, QoS, ReasonCode,
+    encode, Disconnect, Packet, PacketType, Properties, ProtocolVersion, QoS, ReasonCode,
 };
 use hayate_session::{Arrival, OutBuf};
 use std::net::SocketAddr;
@@ -46,6 +46,14 @@ pub struct ConnectionInfo {
     /// certificate, or the TLS-PSK identity. `None` on plain TCP and WebSocket.
     pub transport_identity: Option<Arc<str>>,
 }
+
+/// `Channel::transmit`: the last `poll_transmit` stopped at its byte budget with more to send,
+/// or an acknowledgement left its transmit to the transport.
+const MORE_TO_SEND: u8 = 1;
+/// `Channel::transmit`: the transport hands over more input after the packet being handled,
+/// and calls [`Channel::poll_transmit`] once it is through when [`Channel::has_more_to_send`]
+/// says so ([`Channel::set_input_follows`]).
+const INPUT_FOLLOWS: u8 = 2;
 
 /// How long a CONNACK waits at most for other nodes to hand over the client's session.
 pub(crate) const HANDOVER_TIMEOUT: Duration = Duration::from_secs(3);
@@ -119,8 +127,9 @@ pub struct Channel {
     bridge: bool,
     /// This connection's doorbell, installed in the session while attached.
     doorbell: Arc<Notify>,
-    /// The last `poll_transmit` stopped at its byte budget with more to send.
-    more_to_send: bool,
+    /// [`MORE_TO_SEND`] and [`INPUT_FOLLOWS`], in one byte (the channel is part of every
+    /// connection's task, idle or not).
+    transmit: u8,
     /// In a cluster: CONNACK is held until other nodes handed over the client's session (it
     /// waits in the session state, `Handover::Awaited`).
     awaiting_handover: bool,
@@ -172,7 +181,7 @@ impl Channel {
             taken_over: false,
             bridge: false,
             doorbell: Arc::new(Notify::new()),
-            more_to_send: false,
+            transmit: 0,
             awaiting_handover: false,
         }
     }
@@ -327,17 +336,17 @@ impl Channel {
             },
             Packet::PubAck(ack) => {
                 self.with_session(out, |state, _| state.session.handle_puback(ack.packet_id))?;
-                self.poll_transmit(now, out)
+                self.transmit_after_ack(now, out)
             }
             Packet::PubRec(rec) => {
                 self.with_session(out, |state, _| {
                     state.session.handle_pubrec(rec.packet_id, rec.reason_code)
                 })?;
-                self.poll_transmit(now, out)
+                self.transmit_after_ack(now, out)
             }
             Packet::PubComp(comp) => {
                 self.with_session(out, |state, _| state.session.handle_pubcomp(comp.packet_id))?;
-                self.poll_transmit(now, out)
+                self.transmit_after_ack(now, out)
             }
             Packet::PubRel(rel) => {
                 let (known, ticket) = self.with_session_ticket(out, |state, _| {
@@ -349,13 +358,8 @@ impl Channel {
                 } else {
                     ReasonCode::PACKET_IDENTIFIER_NOT_FOUND
                 };
-                let comp = PubResp {
-                    packet_id: rel.packet_id,
-                    reason_code: reason,
-                    properties: Properties::default(),
-                };
                 // Once the client has PUBCOMP it may reuse the id: the release is stored first.
-                self.send_ack(ticket, Packet::PubComp(comp), out);
+                self.send_pub_resp(ticket, PacketType::PubComp, rel.packet_id, reason, out);
                 Ok(())
             }
             Packet::Subscribe(subscribe) => self.handle_subscribe(subscribe, now, out),
@@ -406,6 +410,30 @@ impl Channel {
         ))
     }
 
+    /// The transport says whether more input follows the packet it hands over next: while it
+    /// does, an acknowledgement from the client does not transmit at once, it leaves that to
+    /// the transport's call of [`Channel::poll_transmit`] after the input (one for a read of
+    /// many PUBACKs instead of one per PUBACK). A transport that never sets it gets every
+    /// acknowledgement's transmit at once.
+    pub fn set_input_follows(&mut self, follows: bool) {
+        if follows {
+            self.transmit |= INPUT_FOLLOWS;
+        } else {
+            self.transmit &= !INPUT_FOLLOWS;
+        }
+    }
+
+    /// After a PUBACK, PUBREC or PUBCOMP freed a slot of the window or queued a PUBREL:
+    /// transmits now, or, while more input follows, marks the transmit as owed
+    /// ([`Channel::has_more_to_send`]) for the transport to make once the input is handled.
+    fn transmit_after_ack(&mut self, now: Instant, out: &mut OutBuf) -> Result<(), Close> {
+        if self.transmit & INPUT_FOLLOWS != 0 {
+            self.transmit |= MORE_TO_SEND;
+            return Ok(());
+        }
+        self.poll_transmit(now, out)
+    }
+
     /// Writes messages queued for this client as far as its window allows. The transport calls
     /// this when the session's doorbell rings. Fails if the session was taken over.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut OutBuf) -> Result<(), Close> {
@@ -442,7 +470,10 @@ impl Channel {
         if let Some(cell) = &self.cell {
             broker.router.apply_hint(cell, hint);
         }
-        self.more_to_send = report.more;
+        self.transmit &= !MORE_TO_SEND;
+        if report.more {
+            self.transmit |= MORE_TO_SEND;
+        }
         let stats = &self.broker.stats;
         for qos in crate::stats::QOS_LEVELS {
             stats.publish_sent.add(
@@ -501,10 +532,11 @@ impl Channel {
         }
     }
 
-    /// True when the last `poll_transmit` stopped at its byte budget: the transport should
-    /// write and call it again without waiting for the doorbell.
+    /// True when the last `poll_transmit` stopped at its byte budget, or an acknowledgement
+    /// left its transmit to the transport ([`Channel::set_input_follows`]): the transport
+    /// should write and call it again without waiting for the doorbell.
     pub fn has_more_to_send(&self) -> bool {
-        self.more_to_send
+        self.transmit & MORE_TO_SEND != 0
     }
 
     /// True when the session has output that `poll_transmit` would write now.

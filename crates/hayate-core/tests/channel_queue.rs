@@ -469,3 +469,38 @@ fn a_connected_subscriber_that_falls_behind_keeps_a_bounded_queue_in_memory() {
     let (got, _) = drain_acking(&mut device);
     assert_eq!(got, sent);
 }
+
+/// A transport that says more input follows a PUBACK gets the transmit it allows as owed
+/// (`has_more_to_send`) instead of at once, so a read of many PUBACKs transmits once; the
+/// last PUBACK of a read, or any of a transport that never says so, transmits at once.
+#[test]
+fn a_puback_with_more_input_behind_it_leaves_the_transmit_to_the_transport() {
+    let h = CoreHarness::new();
+    let mut sub = h.client(ConnectSpec::v5("sub").receive_maximum(1));
+    sub.subscribe("t/#", QoS::AtLeastOnce);
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    for n in 0..3 {
+        publisher
+            .publish("t/x", n.to_string().as_bytes(), QoS::AtLeastOnce)
+            .unwrap();
+    }
+    let first = sub.transmit_publishes();
+    assert_eq!(payloads(&first), vec!["0"], "a window of one");
+    sub.channel.set_input_follows(true);
+    sub.puback(&first[0]).unwrap();
+    assert!(
+        sub.received().is_empty(),
+        "nothing written while input follows"
+    );
+    assert!(sub.channel.has_more_to_send(), "the transmit is owed");
+    let second = sub.transmit_publishes();
+    assert_eq!(payloads(&second), vec!["1"]);
+    assert!(!sub.channel.has_more_to_send());
+    sub.channel.set_input_follows(false);
+    sub.puback(&second[0]).unwrap();
+    assert_eq!(
+        payloads(&sub.received_publishes()),
+        vec!["2"],
+        "the last PUBACK of a read transmits at once"
+    );
+}

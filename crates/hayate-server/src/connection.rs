@@ -481,6 +481,9 @@ impl<T: Transport> Connection<T> {
                 self.channel.max_packet_size(),
             ) {
                 Ok(Some(packet)) => {
+                    // With more bytes behind it, an acknowledgement leaves the transmit it
+                    // allows to the loop's `has_more_to_send` check after this input.
+                    self.channel.set_input_follows(!self.read_buf.is_empty());
                     if let Err(close) = self.channel.handle_packet(packet, now, &mut self.out, wake)
                     {
                         return Some(close);

@@ -8,6 +8,7 @@ use hayate_codec::{
     encode, encode_publish_header, publish_header_len, ByteStr, Packet, PacketId, Properties,
     ProtocolVersion, PubResp, Publish, QoS, ReasonCode,
 };
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -652,13 +653,7 @@ impl Session {
 
     /// PUBACK from the client: frees the in-flight slot. Returns false for an unknown id.
     pub fn handle_puback(&mut self, id: PacketId) -> bool {
-        match self.inflight.get(&id.get()) {
-            Some(f) if f.state == OutflightState::AwaitPubAck => {
-                self.release(id.get());
-                true
-            }
-            _ => false,
-        }
+        self.release_if(id, OutflightState::AwaitPubAck)
     }
 
     /// PUBREC from the client. On success the message is settled and PUBREL queued; with an
@@ -701,9 +696,15 @@ impl Session {
 
     /// PUBCOMP from the client: the QoS 2 flow is finished. Returns false for an unknown id.
     pub fn handle_pubcomp(&mut self, id: PacketId) -> bool {
-        match self.inflight.get(&id.get()) {
-            Some(f) if f.state == OutflightState::AwaitPubComp => {
-                self.release(id.get());
+        self.release_if(id, OutflightState::AwaitPubComp)
+    }
+
+    /// Releases `id` if it is in flight in `state` (one lookup in the window); false otherwise.
+    fn release_if(&mut self, id: PacketId, state: OutflightState) -> bool {
+        match self.inflight.entry(id.get()) {
+            Entry::Occupied(entry) if entry.get().state == state => {
+                let flight = entry.remove();
+                self.released(flight);
                 true
             }
             _ => false,
@@ -711,17 +712,22 @@ impl Session {
     }
 
     fn release(&mut self, id: u16) {
-        if let Some(f) = self.inflight.remove(&id) {
-            if f.stored != 0 {
-                let released = f.state == OutflightState::AwaitPubComp;
-                self.record(|| JournalEvent::Removed {
-                    seq: f.stored,
-                    released,
-                });
-            }
-            if let Some(d) = f.delivery {
-                self.free(d.weight());
-            }
+        if let Some(flight) = self.inflight.remove(&id) {
+            self.released(flight);
+        }
+    }
+
+    /// Settles an entry taken out of the in-flight window: its journal record and its charge.
+    fn released(&mut self, f: Outflight) {
+        if f.stored != 0 {
+            let released = f.state == OutflightState::AwaitPubComp;
+            self.record(|| JournalEvent::Removed {
+                seq: f.stored,
+                released,
+            });
+        }
+        if let Some(d) = f.delivery {
+            self.free(d.weight());
         }
     }
 }

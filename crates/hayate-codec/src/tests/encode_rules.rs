@@ -398,3 +398,41 @@ fn the_bridge_bit_round_trips_on_v3_levels_only() {
         Err(DecodeError::UnsupportedProtocolLevel(0x85))
     );
 }
+
+/// `encode_pub_resp` writes what `encode` writes for the same acknowledgement without
+/// properties, at every level, for success and error reasons, and refuses other packet types.
+#[test]
+fn encode_pub_resp_matches_encode() {
+    let id = PacketId::new(0x1234).unwrap();
+    for version in [V31, V311, V5] {
+        for reason in [
+            ReasonCode::SUCCESS,
+            ReasonCode::NO_MATCHING_SUBSCRIBERS,
+            ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
+        ] {
+            let response = PubResp {
+                packet_id: id,
+                reason_code: reason,
+                properties: Properties::default(),
+            };
+            for (packet_type, packet) in [
+                (PacketType::PubAck, Packet::PubAck(response.clone())),
+                (PacketType::PubRec, Packet::PubRec(response.clone())),
+                (PacketType::PubRel, Packet::PubRel(response.clone())),
+                (PacketType::PubComp, Packet::PubComp(response.clone())),
+            ] {
+                let mut expected = BytesMut::new();
+                encode(&packet, version, &mut expected).unwrap();
+                let mut direct = BytesMut::new();
+                encode_pub_resp(packet_type, id, reason, version, &mut direct).unwrap();
+                assert_eq!(direct, expected, "{packet_type:?} {reason:?} {version:?}");
+            }
+        }
+    }
+    let mut buf = BytesMut::new();
+    assert_eq!(
+        encode_pub_resp(PacketType::SubAck, id, ReasonCode::SUCCESS, V5, &mut buf),
+        Err(EncodeError::InvalidValue)
+    );
+    assert!(buf.is_empty());
+}

@@ -7,7 +7,9 @@
 
 use super::Channel;
 use crate::store::Ticket;
-use hayate_codec::Packet;
+use hayate_codec::{
+    encode_pub_resp, Packet, PacketId, PacketType, Properties, PubResp, ReasonCode,
+};
 use hayate_session::OutBuf;
 use std::collections::VecDeque;
 
@@ -33,6 +35,48 @@ impl Channel {
             .0
             .push_back((ticket.unwrap_or(0), ack));
         self.release_acks(out);
+    }
+
+    /// Sends a PUBACK, PUBREC or PUBCOMP without properties (`packet_type`), now or held like
+    /// [`Self::send_ack`]: when it can go now it is written straight into `out`, without
+    /// building the packet.
+    pub(super) fn send_pub_resp(
+        &mut self,
+        ticket: Option<Ticket>,
+        packet_type: PacketType,
+        packet_id: PacketId,
+        reason_code: ReasonCode,
+        out: &mut OutBuf,
+    ) {
+        let durable = |ticket: Ticket| {
+            self.broker
+                .attached()
+                .is_none_or(|attached| attached.store.durable() >= ticket)
+        };
+        if !self.holds_acks() && ticket.is_none_or(durable) {
+            let written = encode_pub_resp(
+                packet_type,
+                packet_id,
+                reason_code,
+                self.version,
+                out.tail_mut(),
+            );
+            if let Err(error) = written {
+                tracing::warn!(%error, packet = ?packet_type, "encode_failed");
+            }
+            return;
+        }
+        let response = PubResp {
+            packet_id,
+            reason_code,
+            properties: Properties::default(),
+        };
+        let ack = match packet_type {
+            PacketType::PubRec => Packet::PubRec(response),
+            PacketType::PubComp => Packet::PubComp(response),
+            _ => Packet::PubAck(response),
+        };
+        self.send_ack(ticket, ack, out);
     }
 
     /// Writes the held acknowledgements that may go now; while some remain, asks the store to

@@ -7,7 +7,7 @@ use crate::config::SharedStrategy;
 use crate::hooks::ListenerRole;
 use crate::router::WakeList;
 use crate::stats::Stats;
-use hayate_codec::{Packet, Properties, PubResp, Publish, QoS, ReasonCode};
+use hayate_codec::{PacketType, Publish, QoS, ReasonCode};
 use hayate_session::{InboundPublish, Message, OutBuf, PeerScope};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -223,16 +223,12 @@ impl Channel {
         } else {
             ReasonCode::SUCCESS
         };
-        let response = PubResp {
-            packet_id,
-            reason_code: reason,
-            properties: Properties::default(),
+        let packet_type = match publish.qos {
+            QoS::AtMostOnce => return,
+            QoS::AtLeastOnce => PacketType::PubAck,
+            QoS::ExactlyOnce => PacketType::PubRec,
         };
-        match publish.qos {
-            QoS::AtMostOnce => {}
-            QoS::AtLeastOnce => self.send_ack(stored, Packet::PubAck(response), out),
-            QoS::ExactlyOnce => self.send_ack(stored, Packet::PubRec(response), out),
-        }
+        self.send_pub_resp(stored, packet_type, packet_id, reason, out);
     }
 
     /// Refuses a v5 publish with an error reason; for QoS 2 the flow ends there, so the packet
