@@ -129,6 +129,7 @@ class SoakClient(threading.Thread):
             self.events.append((time.time(), "session_not_present",
                                 f"{self.node.name} (was on {self.prev_node}, {self.left})"))
         self.first = False
+        self.events.append((time.time(), "connected", f"{self.node.name} sp={int(present)}"))
         self.on_session(present)
         self.connected.set()
 
@@ -359,9 +360,30 @@ def main():
     sys.exit(1 if bad else 0)
 
 
+def ranges_of(subscriber, publisher, lost):
+    """Runs of consecutive lost sequence numbers of one stream, each with when its first and
+    last message were acknowledged and the nodes the publisher was on meanwhile."""
+    runs = []
+    for seq in lost:
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    out = []
+    for first, last in runs:
+        nodes = sorted({publisher.acked[q][1] for q in range(first, last + 1) if q in publisher.acked} - {None})
+        out.append({"subscriber": subscriber, "publisher": publisher.client_id,
+                    "first": first, "last": last, "count": last - first + 1,
+                    "acked_from": round(publisher.acked[first][0], 3),
+                    "acked_to": round(publisher.acked[last][0], 3),
+                    "publisher_nodes": nodes})
+    return out
+
+
 def report(a, seed, workdir, nodes, subs, pubs, kills):
     rows = []
     lost_examples = []
+    lost_ranges = []
     dup_examples = []
     for s in subs:
         with s.lock:
@@ -391,6 +413,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                                               "publisher_node": node,
                                               "subscriber_session_lost_after": in_gap})
                 rows[-1]["lost_near_a_session_loss"] = explained
+                lost_ranges.extend(ranges_of(s.client_id, p, lost))
                 if p.qos == 2:
                     for seq, at, node, flagged in st.get("dup_log", []):
                         if len(dup_examples) < 200:
@@ -419,6 +442,8 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
     client_events = Counter()
     for c in subs + pubs:
         for _, what, where in c.events:
+            if what == "connected":
+                continue
             client_events[what] += 1
             if what == "session_not_present":
                 client_events["session_not_present_after_" + where.rsplit(", ", 1)[1].rstrip(")")] += 1
@@ -427,6 +452,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
         "nodes": [{"name": n.name, "mqtt_port": n.mqtt_port, "starts": n.starts} for n in nodes],
         "kills": kills, "totals": totals, "per_subscriber": rows,
         "lost_examples": lost_examples,
+        "lost_ranges": lost_ranges,
         "qos2_duplicate_examples": dup_examples,
         "client_events": dict(client_events),
         "client_event_log": sorted((round(t, 3), c.client_id, what, node)
