@@ -14,7 +14,7 @@ use hayate_core::cluster::{
     ClusterEvent, ClusterRoutes, Fence, INGRESS_CLIENT_PREFIX, PEER_CLIENT_PREFIX,
 };
 use hayate_core::router::RouteOutcome;
-use hayate_core::{Broker, Delivery, WakeList};
+use hayate_core::{Arrival, Broker, Delivery, WakeList};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -263,11 +263,21 @@ pub async fn start(
     })
 }
 
+/// A resumed session's claim whose CONNACK waits for the other nodes' answers.
+struct PendingClaim {
+    /// The nodes still to answer.
+    waiting: Vec<Arc<str>>,
+    /// When the CONNACK goes out without them.
+    deadline: Instant,
+    /// When the client's CONNECT arrived (the claim's `at`).
+    at: Arrival,
+}
+
 struct Node {
     ctx: LinkContext,
     answers: Option<mpsc::Receiver<Answer>>,
-    /// Claims whose CONNACK waits for answers: client id → nodes still to answer, deadline.
-    pending: HashMap<String, (Vec<Arc<str>>, Instant)>,
+    /// Claims whose CONNACK waits for answers, by client id.
+    pending: HashMap<String, PendingClaim>,
     self_id: ChitchatId,
     grace: Duration,
     /// How long a held CONNACK waits for a stopped node's answer.
@@ -407,8 +417,14 @@ impl Node {
                             ANSWER_TIMEOUT
                         };
                         let deadline = (Instant::now() + wait).max(lost_until.unwrap_or(now));
-                        self.pending
-                            .insert(client_id.to_string(), (asked, deadline));
+                        self.pending.insert(
+                            client_id.to_string(),
+                            PendingClaim {
+                                waiting: asked,
+                                deadline,
+                                at,
+                            },
+                        );
                     }
                 }
             }
@@ -467,9 +483,9 @@ impl Node {
     /// node asked has answered, the client's CONNACK goes out.
     fn on_answer(&mut self, answer: Answer) {
         let done = match self.pending.get_mut(&answer.client_id) {
-            Some((waiting, _)) => {
-                waiting.retain(|name| *name != answer.from);
-                waiting.is_empty()
+            Some(claim) => {
+                claim.waiting.retain(|name| *name != answer.from);
+                claim.waiting.is_empty()
             }
             None => false,
         };
@@ -537,19 +553,32 @@ impl Node {
         nodes
     }
 
-    /// Claims that waited too long for answers: their CONNACK goes out now.
+    /// Claims that waited too long for answers: their CONNACK goes out now, and the client
+    /// starts a new session here. A node that did not answer may still hold the old one (it
+    /// died as it was asked, while its link here looked up, or it is not back from a restart
+    /// in time): as for a node found away at the claim, the client's first SUBSCRIBE runs a
+    /// fence for it, so that when its answer comes later nothing arrives twice
+    /// (`docs/CLUSTER.md`, "After a kill -9, past the wait").
     fn expire_pending(&mut self) {
         let now = Instant::now();
         self.ctx.routes.expire_fences(now);
         let expired: Vec<String> = self
             .pending
             .iter()
-            .filter(|(_, (_, deadline))| *deadline <= now)
+            .filter(|(_, claim)| claim.deadline <= now)
             .map(|(client_id, _)| client_id.clone())
             .collect();
         for client_id in expired {
-            if let Some((waiting, _)) = self.pending.remove(&client_id) {
-                tracing::warn!(%client_id, ?waiting, "cluster_handover_timeout");
+            if let Some(claim) = self.pending.remove(&client_id) {
+                tracing::warn!(%client_id, waiting = ?claim.waiting, "cluster_handover_timeout");
+                self.ctx.routes.await_fence(
+                    Arc::from(client_id.as_str()),
+                    Fence {
+                        away: claim.waiting,
+                        at: claim.at,
+                        until: now + self.grace,
+                    },
+                );
             }
             self.ctx.broker.release_handover(&client_id);
         }
@@ -593,9 +622,9 @@ impl Node {
                         // Its clients reconnect here as it stops (often before its notice
                         // arrives): their CONNACKs wait for its return.
                         let until = now + self.stopped_wait;
-                        for (waiting, deadline) in self.pending.values_mut() {
-                            if waiting.contains(&id.node_id) {
-                                *deadline = (*deadline).max(until);
+                        for claim in self.pending.values_mut() {
+                            if claim.waiting.contains(&id.node_id) {
+                                claim.deadline = claim.deadline.max(until);
                             }
                         }
                     }

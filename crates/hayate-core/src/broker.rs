@@ -316,18 +316,24 @@ impl Broker {
         }
     }
 
-    /// Called when a connection leaves its session (any reason but takeover): ends the session
-    /// if its expiry interval is 0, otherwise starts the expiry and will-delay clocks.
-    /// `publish_will` is false after a normal DISCONNECT [MQTT-3.1.2-10].
+    /// Called when connection `conn_id` leaves its session (any reason but takeover): ends the
+    /// session if its expiry interval is 0, otherwise starts the expiry and will-delay clocks.
+    /// `publish_will` is false after a normal DISCONNECT [MQTT-3.1.2-10]. Does nothing when the
+    /// session has another owner by now (taken over, here or by another node): checked under
+    /// the same lock as the detach, so a takeover between the two cannot be undone.
     pub fn session_detached(
         &self,
         cell: &Arc<SessionCell>,
+        conn_id: u64,
         publish_will: bool,
         now: Instant,
         wake: &mut WakeList,
     ) {
         let (expiry, will_now, shared) = {
             let mut state = cell.state.lock();
+            if state.owner != conn_id {
+                return;
+            }
             state.session.detach();
             let hint = state.congestion.reset();
             self.router.apply_hint(cell, hint);

@@ -587,10 +587,9 @@ impl Channel {
     /// the session. Call exactly once.
     pub fn finish(&mut self, now: Instant, wake: &mut WakeList) {
         if let Some(cell) = self.cell.take() {
-            let still_owner = !self.taken_over && cell.state.lock().owner == self.conn_id;
-            if still_owner {
+            if !self.taken_over {
                 self.broker
-                    .session_detached(&cell, self.will_on_close, now, wake);
+                    .session_detached(&cell, self.conn_id, self.will_on_close, now, wake);
             }
         }
         if self.client.take().is_some() {

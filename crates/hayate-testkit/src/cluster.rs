@@ -48,7 +48,8 @@ impl Node {
             .expect("log file");
         let mut command = Command::new(&self.bin);
         command
-            .args(["serve", "--log-level", "info", "-l"])
+            // `TEST_NODE_LOG` (tracing filter directives) overrides the nodes' log level.
+            .args(["serve", "--log-level", &log_level(), "-l"])
             .arg(self.mqtt.to_string())
             .args(["--node-name", &self.name, "--cluster-listen"])
             .arg(self.cluster.to_string());
@@ -83,9 +84,24 @@ impl Node {
 
     /// Sends SIGTERM and returns at once (the node shuts down meanwhile; [`Node::wait_exit`]).
     pub fn begin_terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Stops the process with SIGSTOP: it holds its sockets open but answers nothing (a node
+    /// that hangs, or a network that drops its packets) until [`Node::thaw`].
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen process run again (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
         if let Some(child) = &self.child {
             let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
+                .args([signal, &child.id().to_string()])
                 .status();
         }
     }
@@ -331,4 +347,9 @@ pub fn cluster_config(dir: &Path, keys: &str) -> PathBuf {
     let text = format!("[cluster]\nnode_name = \"x\"\nlisten = \"127.0.0.1:1\"\n{keys}\n");
     std::fs::write(&path, text).expect("write the configuration file");
     path
+}
+
+/// The nodes' `--log-level`: `info`, or what `TEST_NODE_LOG` says.
+fn log_level() -> String {
+    std::env::var("TEST_NODE_LOG").unwrap_or_else(|_| "info".to_string())
 }

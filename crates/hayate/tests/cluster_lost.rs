@@ -176,23 +176,89 @@ async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_mer
         }
     }
     got.retain(|p| p != "probe");
-    let mut seen = std::collections::HashMap::<&str, u32>::new();
-    for payload in &got {
-        *seen.entry(payload.as_str()).or_default() += 1;
-    }
-    let missing = (0..TOTAL)
-        .filter(|i| !seen.contains_key(format!("m-{i}").as_str()))
-        .count();
-    let twice = seen.values().filter(|n| **n > 1).count();
+    let (missing, twice) = missing_and_twice(&got, TOTAL);
     assert!(
         cluster.nodes[0].log_text().contains("session_handed_over"),
         "n1 never handed its old session over:\n{}",
         cluster.nodes[0].log_text()
     );
-    assert_eq!(
-        (missing, twice),
-        (0, 0),
-        "lost, twice; n1:\n{}",
+    assert!(
+        missing.is_empty() && twice.is_empty(),
+        "lost {} {:?}, twice {} {:?}; n1:\n{}\nn2:\n{}\nn3:\n{}",
+        missing.len(),
+        missing.iter().take(10).collect::<Vec<_>>(),
+        twice.len(),
+        twice.iter().take(10).collect::<Vec<_>>(),
+        cluster.nodes[0].log_text(),
+        cluster.nodes[1].log_text(),
+        cluster.nodes[2].log_text()
+    );
+}
+
+/// A node that dies as a client's claim reaches it looks up a moment longer (its link's
+/// connection is not closed yet): it is asked, never answers, and the client's CONNACK goes out
+/// when the wait for answers ends, with a new session. That node, back, answers the claim
+/// later with the old session. It is fenced like a node found away at the claim (docs/CLUSTER.md,
+/// "After a kill -9, past the wait"), or what other nodes queued for it meanwhile arrived twice
+/// (500 of 1,000 in about 1 run in 20 of the test above). Here the node is frozen (SIGSTOP) for
+/// the whole wait, so it is asked and cannot answer in every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_does_not_answer_the_claim_in_time_is_fenced() {
+    const TOTAL: u16 = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let config = no_wait_config(dir.path());
+    let cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
+    let connect_as = |mqtt| connect_persistent(mqtt, "silent-sub");
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("silent-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[0].freeze();
+    drop(sub);
+    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
+    assert!(!connack.session_present, "n1 did not answer");
+    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    await_route(&mut publisher, &mut moved, "roll/probe").await;
+    // Routed to the new session and to frozen n1's queue.
+    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
+    cluster.nodes[0].thaw();
+    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
+
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(1_000)).await,
+        ));
+        if got.iter().filter(|p| p.starts_with("m-")).count() >= TOTAL as usize
+            && cluster.nodes[0].log_text().contains("session_handed_over")
+        {
+            got.extend(payloads(
+                &drain(&mut moved, Duration::from_millis(1_000)).await,
+            ));
+            break;
+        }
+    }
+    got.retain(|p| p != "probe");
+    let (missing, twice) = missing_and_twice(&got, TOTAL);
+    let n2 = cluster.nodes[1].log_text();
+    assert!(
+        n2.contains("cluster_handover_timeout"),
+        "n2 waited for frozen n1 until the timeout:\n{n2}"
+    );
+    assert!(
+        cluster.nodes[0].log_text().contains("session_handed_over"),
+        "n1, thawed, handed its old session over:\n{}",
         cluster.nodes[0].log_text()
+    );
+    assert!(
+        missing.is_empty() && twice.is_empty(),
+        "lost {} {:?}, twice {} {:?}; n1:\n{}\nn2:\n{n2}",
+        missing.len(),
+        missing.iter().take(10).collect::<Vec<_>>(),
+        twice.len(),
+        twice.iter().take(10).collect::<Vec<_>>(),
+        cluster.nodes[0].log_text(),
     );
 }

@@ -51,8 +51,23 @@ pub(crate) struct Fences {
 }
 
 impl Fences {
+    /// Adds `fence` for `client_id`; one of the same claim (`at`) waiting already gets its
+    /// away nodes added (a node found away at the claim, then one that did not answer it).
     pub(crate) fn insert(&self, client_id: Arc<str>, fence: Fence) {
-        self.waiting.lock().insert(client_id, fence);
+        let mut waiting = self.waiting.lock();
+        match waiting.get_mut(&client_id) {
+            Some(same) if same.at == fence.at => {
+                for node in fence.away {
+                    if !same.away.contains(&node) {
+                        same.away.push(node);
+                    }
+                }
+                same.until = same.until.max(fence.until);
+            }
+            _ => {
+                waiting.insert(client_id, fence);
+            }
+        }
         self.any.store(true, Ordering::Relaxed);
     }
 
@@ -165,6 +180,34 @@ mod tests {
         assert_eq!(left.away, vec![Arc::<str>::from("n3")]);
         assert_eq!(fences.take("d", now), None, "no node left away: dropped");
         assert!(!fences.any.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_node_that_did_not_answer_joins_the_fence_of_the_same_claim() {
+        let fences = Fences::default();
+        let now = Instant::now();
+        fences.insert(Arc::from("c"), fence(now + Duration::from_secs(1)));
+        let mut silent = fence(now + Duration::from_secs(2));
+        silent.away = vec![Arc::from("n3"), Arc::from("n1")];
+        fences.insert(Arc::from("c"), silent);
+        let merged = fences.take("c", now).expect("one fence");
+        assert_eq!(
+            merged.away,
+            vec![Arc::<str>::from("n1"), Arc::from("n3")],
+            "each node once"
+        );
+        assert_eq!(merged.until, now + Duration::from_secs(2));
+
+        fences.insert(Arc::from("c"), fence(now + Duration::from_secs(1)));
+        let mut later = fence(now + Duration::from_secs(1));
+        later.at = Arrival::from_nanos(8);
+        later.away = vec![Arc::from("n2")];
+        fences.insert(Arc::from("c"), later.clone());
+        assert_eq!(
+            fences.take("c", now),
+            Some(later),
+            "a later claim's fence replaces the earlier one"
+        );
     }
 
     #[test]
