@@ -87,8 +87,10 @@ async fn resume_while_the_killed_node_restarts() -> (Cluster, bool, Duration, Ve
 const TOTAL: u16 = 600;
 
 /// The kill soak's lost sessions (docs/CLUSTER.md, "Measured"): the client's CONNACK waits
-/// until the killed node is back and hands the session over (Session Present 1), and nothing
-/// arrives twice. That nothing is lost is asserted by the `#[ignore]`d test below.
+/// until the killed node is back and hands the session over (Session Present 1), nothing is
+/// lost (what the third node queued for the killed node while it was dead included) and
+/// nothing arrives twice. Two rare faults were seen here on `ee8975a` (docs/CLUSTER.md, "Not
+/// built yet"), none since in about 100 runs under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_of_a_killed_node_waits_for_it_and_resumes_its_session() {
     let (cluster, session_present, waited, got) = resume_while_the_killed_node_restarts().await;
@@ -98,29 +100,12 @@ async fn a_client_of_a_killed_node_waits_for_it_and_resumes_its_session() {
         "n1 came back and handed the session over; n1:\n{}",
         cluster.nodes[0].log_text()
     );
-    let (_, twice) = missing_and_twice(&got, TOTAL);
-    assert!(
-        twice.is_empty(),
-        "twice {twice:?}; n1:\n{}\nn2:\n{}",
-        cluster.nodes[0].log_text(),
-        cluster.nodes[1].log_text()
-    );
-}
-
-/// The same, and nothing is lost. Two faults seen (docs/CLUSTER.md, "Not built yet"): on
-/// `ee8975a`, in about one run in eight under load, the third node delivered to the restarted
-/// node only the copy it had in flight, not those it had queued for it meanwhile; in 1 of 10
-/// runs under load, the first message published after the CONNACK was lost. Neither showed in
-/// 34 runs of `4bf9a4d` under load. Run with `--ignored`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known faults: copies for a restarted node lost now and then (docs/CLUSTER.md)"]
-async fn a_client_of_a_killed_node_gets_everything_queued_for_it_meanwhile() {
-    let (cluster, session_present, _, got) = resume_while_the_killed_node_restarts().await;
     let (missing, twice) = missing_and_twice(&got, TOTAL);
     assert!(
-        session_present && missing.is_empty() && twice.is_empty(),
-        "session present {session_present}, lost {missing:?}, twice {twice:?}; n1:\n{}\nn3:\n{}",
+        missing.is_empty() && twice.is_empty(),
+        "lost {missing:?}, twice {twice:?}; n1:\n{}\nn2:\n{}\nn3:\n{}",
         cluster.nodes[0].log_text(),
+        cluster.nodes[1].log_text(),
         cluster.nodes[2].log_text()
     );
 }
