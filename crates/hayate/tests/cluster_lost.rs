@@ -100,10 +100,93 @@ async fn a_client_of_a_killed_node_waits_for_it_and_resumes_its_session() {
         "n1 came back and handed the session over; n1:\n{}",
         cluster.nodes[0].log_text()
     );
-    let (missing, twice) = missing_and_twice(&got, TOTAL);
+    assert_each_once(&cluster, &got, TOTAL);
+}
+
+/// How n1 is away while its client starts a new session on n2 (with `lost_node_wait_secs =
+/// 0`), and how it comes back.
+#[derive(Clone, Copy)]
+enum Away {
+    /// Killed with SIGKILL, then restarted: n2 finds it away at the claim.
+    Killed,
+    /// Frozen with SIGSTOP, then thawed: its link looks up, so n2 asks it, and it cannot
+    /// answer before the CONNACK goes out.
+    Frozen,
+}
+
+/// A client of n1 subscribes there; n1 goes away (`away`); the client connects to n2, gets
+/// a new session (Session Present 0) and subscribes again; a publisher on n3 sends
+/// `m-0` .. `m-{total/2 - 1}` (routed to the new session and into n1's queue on n3), n1 comes
+/// back, and the rest follows. Returns the cluster (for its logs) and what the client got
+/// until n1 handed its old session over and that was merged (or 20 s passed).
+async fn new_session_while_its_node_is_away(away: Away, total: u16) -> (Cluster, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = no_wait_config(dir.path());
+    let mut cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
+    let connect_as = |mqtt| connect_persistent(mqtt, "away-sub");
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("away-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    match away {
+        Away::Killed => cluster.nodes[0].kill(),
+        Away::Frozen => cluster.nodes[0].freeze(),
+    }
+    drop(sub);
+    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
+    assert!(
+        !connack.session_present,
+        "n1 is away: nobody answered with the session"
+    );
+    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    await_route(&mut publisher, &mut moved, "roll/probe").await;
+    // Routed to the new session and to n1's queue.
+    publish_numbered(&mut publisher, 0..total / 2, Duration::ZERO).await;
+    match away {
+        Away::Killed => {
+            cluster.nodes[0].restart();
+            cluster.nodes[0].wait_listening().await;
+        }
+        Away::Frozen => cluster.nodes[0].thaw(),
+    }
+    publish_numbered(&mut publisher, total / 2..total, Duration::ZERO).await;
+
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(1_000)).await,
+        ));
+        if got.iter().filter(|p| p.starts_with("m-")).count() >= total as usize
+            && cluster.nodes[0].log_text().contains("session_handed_over")
+        {
+            // The handover came; what it brought is in by now or within the next drain.
+            got.extend(payloads(
+                &drain(&mut moved, Duration::from_millis(1_000)).await,
+            ));
+            break;
+        }
+    }
+    got.retain(|p| p != "probe");
+    assert!(
+        cluster.nodes[0].log_text().contains("session_handed_over"),
+        "n1, back, handed its old session over:\n{}",
+        cluster.nodes[0].log_text()
+    );
+    (cluster, got)
+}
+
+/// Asserts that `got` has each of `m-0` .. `m-{total - 1}` exactly once.
+fn assert_each_once(cluster: &Cluster, got: &[String], total: u16) {
+    let (missing, twice) = missing_and_twice(got, total);
     assert!(
         missing.is_empty() && twice.is_empty(),
-        "lost {missing:?}, twice {twice:?}; n1:\n{}\nn2:\n{}\nn3:\n{}",
+        "lost {} {:?}, twice {} {:?}; n1:\n{}\nn2:\n{}\nn3:\n{}",
+        missing.len(),
+        missing.iter().take(10).collect::<Vec<_>>(),
+        twice.len(),
+        twice.iter().take(10).collect::<Vec<_>>(),
         cluster.nodes[0].log_text(),
         cluster.nodes[1].log_text(),
         cluster.nodes[2].log_text()
@@ -120,130 +203,25 @@ async fn a_client_of_a_killed_node_waits_for_it_and_resumes_its_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_merged() {
     const TOTAL: u16 = 1_000;
-    let dir = tempfile::tempdir().unwrap();
-    let config = no_wait_config(dir.path());
-    let mut cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
-    let connect_as = |mqtt| connect_persistent(mqtt, "kill-sub");
-    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
-    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
-    let mut publisher = cluster.nodes[2].client("kill-pub", true).await;
-    await_route(&mut publisher, &mut sub, "roll/probe").await;
-
-    cluster.nodes[0].kill();
-    drop(sub);
-    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
-    assert!(
-        !connack.session_present,
-        "n1 is dead: nobody has the session"
-    );
-    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
-    await_route(&mut publisher, &mut moved, "roll/probe").await;
-    // Routed to the new session and to dead n1's queue.
-    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
-    cluster.nodes[0].restart();
-    cluster.nodes[0].wait_listening().await;
-    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
-
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        got.extend(payloads(
-            &drain(&mut moved, Duration::from_millis(1_000)).await,
-        ));
-        if got.iter().filter(|p| p.starts_with("m-")).count() >= TOTAL as usize
-            && cluster.nodes[0].log_text().contains("session_handed_over")
-        {
-            // The handover came; what it brought is in by now or within the next drain.
-            got.extend(payloads(
-                &drain(&mut moved, Duration::from_millis(1_000)).await,
-            ));
-            break;
-        }
-    }
-    got.retain(|p| p != "probe");
-    let (missing, twice) = missing_and_twice(&got, TOTAL);
-    assert!(
-        cluster.nodes[0].log_text().contains("session_handed_over"),
-        "n1 never handed its old session over:\n{}",
-        cluster.nodes[0].log_text()
-    );
-    assert!(
-        missing.is_empty() && twice.is_empty(),
-        "lost {} {:?}, twice {} {:?}; n1:\n{}\nn2:\n{}\nn3:\n{}",
-        missing.len(),
-        missing.iter().take(10).collect::<Vec<_>>(),
-        twice.len(),
-        twice.iter().take(10).collect::<Vec<_>>(),
-        cluster.nodes[0].log_text(),
-        cluster.nodes[1].log_text(),
-        cluster.nodes[2].log_text()
-    );
+    let (cluster, got) = new_session_while_its_node_is_away(Away::Killed, TOTAL).await;
+    assert_each_once(&cluster, &got, TOTAL);
 }
 
 /// A node that dies as a client's claim reaches it looks up a moment longer (its link's
-/// connection is not closed yet): it is asked, never answers, and the client's CONNACK goes out
-/// when the wait for answers ends, with a new session. That node, back, answers the claim
-/// later with the old session. It is fenced like a node found away at the claim (docs/CLUSTER.md,
-/// "After a kill -9, past the wait"), or what other nodes queued for it meanwhile arrived twice
-/// (500 of 1,000 in about 1 run in 20 of the test above). Here the node is frozen (SIGSTOP) for
-/// the whole wait, so it is asked and cannot answer in every run.
+/// connection is not closed yet): it is asked, never answers, and the client's CONNACK goes
+/// out when the wait for answers ends, with a new session. That node, back, answers the claim
+/// later with the old session. It is fenced like a node found away at the claim
+/// (docs/CLUSTER.md, "After a kill -9, past the wait"), or what other nodes queued for it
+/// meanwhile arrived twice (500 of 1,000 in about 1 run in 20 of the test above). Here the
+/// node is frozen (SIGSTOP) for the whole wait, so it is asked and cannot answer, every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_does_not_answer_the_claim_in_time_is_fenced() {
     const TOTAL: u16 = 600;
-    let dir = tempfile::tempdir().unwrap();
-    let config = no_wait_config(dir.path());
-    let cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
-    let connect_as = |mqtt| connect_persistent(mqtt, "silent-sub");
-    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
-    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
-    let mut publisher = cluster.nodes[2].client("silent-pub", true).await;
-    await_route(&mut publisher, &mut sub, "roll/probe").await;
-
-    cluster.nodes[0].freeze();
-    drop(sub);
-    let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
-    assert!(!connack.session_present, "n1 did not answer");
-    moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
-    await_route(&mut publisher, &mut moved, "roll/probe").await;
-    // Routed to the new session and to frozen n1's queue.
-    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
-    cluster.nodes[0].thaw();
-    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
-
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        got.extend(payloads(
-            &drain(&mut moved, Duration::from_millis(1_000)).await,
-        ));
-        if got.iter().filter(|p| p.starts_with("m-")).count() >= TOTAL as usize
-            && cluster.nodes[0].log_text().contains("session_handed_over")
-        {
-            got.extend(payloads(
-                &drain(&mut moved, Duration::from_millis(1_000)).await,
-            ));
-            break;
-        }
-    }
-    got.retain(|p| p != "probe");
-    let (missing, twice) = missing_and_twice(&got, TOTAL);
+    let (cluster, got) = new_session_while_its_node_is_away(Away::Frozen, TOTAL).await;
     let n2 = cluster.nodes[1].log_text();
     assert!(
         n2.contains("cluster_handover_timeout"),
         "n2 waited for frozen n1 until the timeout:\n{n2}"
     );
-    assert!(
-        cluster.nodes[0].log_text().contains("session_handed_over"),
-        "n1, thawed, handed its old session over:\n{}",
-        cluster.nodes[0].log_text()
-    );
-    assert!(
-        missing.is_empty() && twice.is_empty(),
-        "lost {} {:?}, twice {} {:?}; n1:\n{}\nn2:\n{n2}",
-        missing.len(),
-        missing.iter().take(10).collect::<Vec<_>>(),
-        twice.len(),
-        twice.iter().take(10).collect::<Vec<_>>(),
-        cluster.nodes[0].log_text(),
-    );
+    assert_each_once(&cluster, &got, TOTAL);
 }
