@@ -202,6 +202,8 @@ class Subscriber(SoakClient):
             s["first_at"][seq] = (now, self.node.name if self.node else None)
             if seq < s["max"]:
                 s["reordered"] += 1
+                s.setdefault("reorder_log", []).append(
+                    (seq, s["max"], round(now, 3), self.node.name if self.node else None, bool(msg.dup)))
             s["max"] = max(s["max"], seq)
 
 
@@ -385,6 +387,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
     lost_examples = []
     lost_ranges = []
     dup_examples = []
+    reorder_examples = []
     for s in subs:
         with s.lock:
             for p in pubs:
@@ -414,6 +417,13 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                                               "subscriber_session_lost_after": in_gap})
                 rows[-1]["lost_near_a_session_loss"] = explained
                 lost_ranges.extend(ranges_of(s.client_id, p, lost))
+                for seq, after, at, node, flagged in st.get("reorder_log", []):
+                    if len(reorder_examples) < 200:
+                        # `seq` arrived first after `after`, a higher one of the same publisher
+                        reorder_examples.append({"subscriber": s.client_id, "publisher": p.client_id,
+                                                 "seq": seq, "after": after, "at": at, "node": node,
+                                                 "dup_flag": flagged,
+                                                 "acked_at": round(p.acked[seq][0], 3) if seq in p.acked else None})
                 if p.qos == 2:
                     for seq, at, node, flagged in st.get("dup_log", []):
                         if len(dup_examples) < 200:
@@ -454,6 +464,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
         "lost_examples": lost_examples,
         "lost_ranges": lost_ranges,
         "qos2_duplicate_examples": dup_examples,
+        "reorder_examples": reorder_examples,
         "client_events": dict(client_events),
         "client_event_log": sorted((round(t, 3), c.client_id, what, node)
                                    for c in subs + pubs for t, what, node in c.events),
