@@ -35,6 +35,10 @@ pub(crate) const RELAY_TOPIC: &str = "$cluster/relay";
 /// The end of what a node forwarded to a node that handed a session over (published by the
 /// claiming node on each other node, routed there into every peer session's queue).
 pub(crate) const MARK_TOPIC: &str = "$cluster/mark";
+/// The end of what the sending node relays of one node's copies for a session it handed over
+/// to the receiving one: queued behind those relayed copies (`docs/CLUSTER.md`, "Relay after
+/// a handover").
+pub(crate) const RELAY_END_TOPIC: &str = "$cluster/relayend";
 
 const CLIENT_ID: &str = "client_id";
 const CLEAN_START: &str = "clean_start";
@@ -42,6 +46,8 @@ const AT: &str = "at";
 const PRESENT: &str = "present";
 const OLD: &str = "old";
 const NEW: &str = "new";
+const RELAYING_FOR: &str = "relaying_for";
+const NODE: &str = "node";
 
 /// Another node answered a claim of this node's (the link already took the session).
 #[derive(Debug)]
@@ -121,7 +127,17 @@ pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAn
         .and_then(|at| at.parse().ok())
         .unwrap_or(0);
     let handed = if user_property(publish, PRESENT)? == "1" {
-        Some(decode_session(&publish.payload, now)?)
+        let mut handed = decode_session(&publish.payload, now)?;
+        handed.relaying_for = user_property(publish, RELAYING_FOR)
+            .map(|nodes| {
+                nodes
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(Arc::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(handed)
     } else {
         None
     };
@@ -206,6 +222,10 @@ pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: I
                 (CLIENT_ID.into(), claim.client_id.as_str().into()),
                 (PRESENT.into(), if present { "1" } else { "0" }.into()),
                 (AT.into(), claim.at.to_string().as_str().into()),
+                (
+                    RELAYING_FOR.into(),
+                    handed.relaying_for.join(",").as_str().into(),
+                ),
             ],
             ..Properties::default()
         },
@@ -257,6 +277,37 @@ pub(crate) fn relay_message(client_id: &str, delivery: &Delivery, now: Instant) 
         None,
         None,
     )
+}
+
+/// The `$cluster/relayend` message: this node relayed, in the messages before it, everything
+/// of `node`'s copies for `client_id`'s session handed over on the claim made `at` (QoS 1,
+/// as the relayed messages it follows).
+pub(crate) fn relay_end_message(client_id: &str, node: &str, at: u64) -> Message {
+    Message::new(
+        RELAY_END_TOPIC.into(),
+        Bytes::new(),
+        QoS::AtLeastOnce,
+        false,
+        Properties {
+            user_properties: vec![
+                (CLIENT_ID.into(), client_id.into()),
+                (NODE.into(), node.into()),
+                (AT.into(), at.to_string().as_str().into()),
+            ],
+            ..Properties::default()
+        },
+        None,
+        None,
+    )
+}
+
+/// A decoded `$cluster/relayend`: client, node, claim's `at`.
+pub(crate) fn decode_relay_end(publish: &Publish) -> Option<(Arc<str>, Arc<str>, u64)> {
+    Some((
+        Arc::from(user_property(publish, CLIENT_ID)?),
+        Arc::from(user_property(publish, NODE)?),
+        user_property(publish, AT)?.parse().ok()?,
+    ))
 }
 
 /// A decoded `$cluster/relay`: for which client, and what to queue in its session.
@@ -542,6 +593,7 @@ mod tests {
             deliveries: vec![delivery],
             inbound_qos2: vec![3, 9],
             released: vec![12, 4],
+            relaying_for: vec![Arc::from("n3"), Arc::from("n2")],
         };
         let claim = Claim {
             client_id: "c1".into(),
@@ -564,7 +616,24 @@ mod tests {
         assert_eq!(d.subscription_ids, vec![9]);
         assert_eq!(back.inbound_qos2, vec![3, 9]);
         assert_eq!(back.released, vec![12, 4], "in send order");
+        assert_eq!(
+            back.relaying_for,
+            vec![Arc::<str>::from("n3"), Arc::from("n2")]
+        );
         let left = d.message.expires_at.unwrap().duration_since(now);
         assert!(left <= Duration::from_secs(30) && left >= Duration::from_secs(28));
+    }
+
+    #[test]
+    fn a_relay_end_names_its_client_node_and_claim() {
+        let message = relay_end_message("c/+#", "n3", 42);
+        assert_eq!(message.topic.as_str(), RELAY_END_TOPIC);
+        assert_eq!(
+            message.qos,
+            QoS::AtLeastOnce,
+            "as the relayed copies it follows"
+        );
+        let back = decode_relay_end(&as_publish(&message)).expect("decodes");
+        assert_eq!(back, (Arc::from("c/+#"), Arc::from("n3"), 42));
     }
 }

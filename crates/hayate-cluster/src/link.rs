@@ -12,9 +12,10 @@
 
 use crate::client::NodeClient;
 use crate::control::{
-    answer_claim, decode_answer, decode_relay, Answer, Claim, Mark, CLAIM_TOPIC, MARK_TOPIC,
-    RELAY_TOPIC, SESSION_TOPIC,
+    answer_claim, decode_answer, decode_relay, decode_relay_end, Answer, Claim, Mark, CLAIM_TOPIC,
+    MARK_TOPIC, RELAY_END_TOPIC, RELAY_TOPIC, SESSION_TOPIC,
 };
+use crate::relay::Hold;
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
@@ -60,6 +61,8 @@ pub(crate) struct LinkContext {
     /// Marks each link publishes on its node after the route deltas before them (sessions
     /// taken over here: `crate::relay`).
     pub marks: Arc<crate::relay::MarkBoard>,
+    /// The ends of relaying that sessions taken over here wait for (`crate::relay`).
+    pub relay_ends: Arc<crate::relay::RelayEnds>,
     /// The node is shutting down: claims wait for its restart (see `Link::on_control`).
     pub shutdown: watch::Receiver<bool>,
 }
@@ -79,6 +82,9 @@ pub(crate) struct Link {
     next_id: u16,
     /// When the unanswered PINGREQ was queued, for the link round trip in `Stats`.
     ping_sent: Option<Instant>,
+    /// What the other node sends waits: its mark for a session taken over here came back
+    /// before the old node's end of relaying its copies (`crate::relay::RelayEnds`).
+    hold: Option<Hold>,
 }
 
 impl Link {
@@ -98,6 +104,7 @@ impl Link {
             first: true,
             next_id: 0,
             ping_sent: None,
+            hold: None,
         }
     }
 
@@ -356,7 +363,9 @@ impl Link {
         ping.tick().await;
         let mut last_input = tokio::time::Instant::now();
         self.ping_sent = None;
+        let mut ends = self.ctx.relay_ends.watch();
         loop {
+            self.release_hold(Instant::now());
             self.forward_ingress_output(client)?;
             tokio::time::timeout(WRITE_TIMEOUT, client.flush())
                 .await
@@ -368,10 +377,17 @@ impl Link {
             } else {
                 ingress.poll_gate(now)?
             };
-            let reading = matches!(gate, ReadGate::Open);
+            let reading = matches!(gate, ReadGate::Open) && self.hold.is_none();
             if reading && self.process_buffered(client, now)? {
                 continue;
             }
+            let hold_until = self.hold.as_ref().map(|hold| hold.until);
+            let held = async {
+                match hold_until {
+                    Some(until) => tokio::time::sleep_until(until.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             let paused = async {
                 match gate {
                     ReadGate::Paused { until, released } => match released {
@@ -400,6 +416,8 @@ impl Link {
                 }
                 _ = doorbell.notified() => {}
                 _ = paused => {}
+                _ = held => {}
+                _ = ends.changed(), if hold_until.is_some() => {}
                 _ = ping.tick() => {
                     if last_input.elapsed() > keep_alive * 3 / 2 {
                         return Err(ClusterError::Timeout("PINGRESP"));
@@ -494,14 +512,32 @@ impl Link {
         Ok(())
     }
 
-    /// Handles the packets already read while the ingress takes them; true when any.
+    /// Ends the hold once the old node's end of relaying arrived, or at its deadline.
+    fn release_hold(&mut self, now: Instant) {
+        let Some(hold) = &self.hold else {
+            return;
+        };
+        if !self
+            .ctx
+            .relay_ends
+            .must_hold(&hold.client_id, &self.peer, hold.at)
+        {
+            self.hold = None;
+        } else if now >= hold.until {
+            tracing::info!(peer = %self.peer, client_id = %hold.client_id, "cluster_relay_end_late");
+            self.hold = None;
+        }
+    }
+
+    /// Handles the packets already read while the ingress takes them, until a hold; true
+    /// when any.
     fn process_buffered(
         &mut self,
         client: &mut NodeClient,
         now: Instant,
     ) -> Result<bool, ClusterError> {
         let mut any = false;
-        while self.ingress()?.accepts_input() {
+        while self.hold.is_none() && self.ingress()?.accepts_input() {
             let Some(packet) = client.next_buffered()? else {
                 break;
             };
@@ -609,11 +645,16 @@ impl Link {
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_relay_undecodable"),
             }
+        } else if publish.topic.as_str() == RELAY_END_TOPIC {
+            match decode_relay_end(&publish) {
+                Some((client_id, node, at)) => self.ctx.relay_ends.ended(client_id, node, at),
+                None => tracing::warn!(peer = %self.peer, "cluster_relay_end_malformed"),
+            }
         } else if publish.topic.as_str() == MARK_TOPIC {
             match Mark::from_publish(&publish) {
                 Some(mark) => {
                     let mut wake = hayate_core::WakeList::new();
-                    crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
+                    self.hold = crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
                     for doorbell in wake {
                         doorbell.notify_one();
                     }

@@ -236,6 +236,7 @@ pub async fn start(
         ctx: LinkContext {
             answers,
             marks: Arc::new(crate::relay::MarkBoard::new()),
+            relay_ends: Arc::new(crate::relay::RelayEnds::new()),
             shutdown: shutdown.clone(),
             broker,
             routes,

@@ -109,9 +109,10 @@ pub(crate) fn take_over(
     // within `lost_node_wait_secs`) hands over as any other: no fence for it.
     routes.fence_answered(&answer.client_id, old);
     let fenced = ctx.marks.take_fenced(&answer.client_id, answer.at);
-    let Some(handed) = answer.handed else {
+    let Some(mut handed) = answer.handed else {
         return;
     };
+    let relaying_for = std::mem::take(&mut handed.relaying_for);
     let client_id: Arc<str> = Arc::from(answer.client_id.as_str());
     let at = Arrival::from_nanos(answer.at);
     if fenced {
@@ -151,6 +152,19 @@ pub(crate) fn take_over(
         }
         return;
     }
+    // The old node relays these nodes' copies until their marks, and then says so: their own
+    // copies wait for that here (`RelayEnds`). Not this node's: what it routes itself cannot
+    // be held back.
+    let relayed_for: Vec<Arc<str>> = relaying_for
+        .into_iter()
+        .filter(|node| node != self_name && node != old)
+        .collect();
+    ctx.relay_ends.expect(
+        &client_id,
+        &relayed_for,
+        answer.at,
+        now + routes.relay_timeout(),
+    );
     let mark = Mark {
         client_id,
         old: old.clone(),
@@ -253,21 +267,134 @@ pub(crate) fn post_fence(ctx: &LinkContext, client_id: &Arc<str>, fence: &Fence,
 }
 
 /// A mark arrived on the link from `from`: for a session this node handed over (it may stop
-/// relaying what `from` forwards), or the mark of one of this node's take-overs coming back
-/// (what `from` forwards reaches the session again). Any other node's is not ours.
+/// relaying what `from` forwards, and then says so behind what it relayed), or the mark of one
+/// of this node's take-overs coming back (what `from` forwards reaches the session again,
+/// once the old node's end of relaying `from`'s copies is here too: until then the link holds
+/// what `from` sends, the returned [`Hold`]). Any other node's is not ours.
 pub(crate) fn on_mark(
     ctx: &LinkContext,
-    from: &str,
+    from: &Arc<str>,
     mark: &Mark,
     now: Instant,
     wake: &mut WakeList,
-) {
+) -> Option<Hold> {
     let at = Arrival::from_nanos(mark.at);
-    tracing::debug!(from, client_id = %mark.client_id, old = %mark.old, new = %mark.new, at = mark.at, "cluster_mark_received");
+    tracing::debug!(%from, client_id = %mark.client_id, old = %mark.old, new = %mark.new, at = mark.at, "cluster_mark_received");
     if mark.old == ctx.self_name {
-        ctx.broker
-            .relay_marked(&mark.client_id, from, at, now, wake);
+        if let Some(to) = ctx
+            .broker
+            .relay_marked(&mark.client_id, from, at, now, wake)
+        {
+            queue_relay_end(&ctx.broker, &to, &mark.client_id, from, mark.at, now, wake);
+        }
     } else if mark.new == ctx.self_name {
         ctx.routes.unsuppress(&mark.client_id, at, from);
+        if ctx.relay_ends.must_hold(&mark.client_id, from, mark.at) {
+            return Some(Hold {
+                client_id: mark.client_id.clone(),
+                at: mark.at,
+                until: now + HOLD_MAX,
+            });
+        }
     }
+    None
+}
+
+/// How long a link from node X holds what X sends once X's mark came back for a session
+/// taken over here, waiting for the old node's end of what it relays of X's copies
+/// ([`RelayEnds`]). Past it, X's copies go on (and may arrive before relayed older ones).
+pub(crate) const HOLD_MAX: Duration = Duration::from_secs(3);
+
+/// The ends of relaying this node waits for, per session taken over here: the old node relays
+/// each other node X's copies until X's mark reaches it, then queues a `$cluster/relayend`
+/// behind them. X's own copies reach the session here once X's mark comes back here; held
+/// until that end has arrived too, they come after the relayed older ones (`docs/CLUSTER.md`,
+/// "Relay after a handover": order).
+#[derive(Debug)]
+pub(crate) struct RelayEnds {
+    /// (client id, node X, claim's `at`) → whether the end arrived, and until when the entry
+    /// is kept.
+    waiting: Mutex<HashMap<EndKey, (bool, Instant)>>,
+    changed: watch::Sender<u64>,
+}
+
+/// Client id, node, claim's `at`.
+type EndKey = (Arc<str>, Arc<str>, u64);
+
+impl RelayEnds {
+    pub(crate) fn new() -> RelayEnds {
+        RelayEnds {
+            waiting: Mutex::new(HashMap::new()),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndKey, (bool, Instant)>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The old node relays `nodes`' copies for `client_id` (take-over `at`) until `until`.
+    fn expect(&self, client_id: &Arc<str>, nodes: &[Arc<str>], at: u64, until: Instant) {
+        let mut waiting = self.lock();
+        let now = Instant::now();
+        waiting.retain(|_, (_, keep)| *keep > now);
+        for node in nodes {
+            waiting
+                .entry((client_id.clone(), node.clone(), at))
+                .or_insert((false, until));
+        }
+    }
+
+    /// The old node's end of relaying `node`'s copies arrived.
+    pub(crate) fn ended(&self, client_id: Arc<str>, node: Arc<str>, at: u64) {
+        if let Some((done, _)) = self.lock().get_mut(&(client_id, node, at)) {
+            *done = true;
+        }
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether the link from `node` must hold what it sends until the end for `client_id`
+    /// arrives (an end expected and not there yet). An end that arrived is forgotten.
+    pub(crate) fn must_hold(&self, client_id: &Arc<str>, node: &Arc<str>, at: u64) -> bool {
+        let key = (client_id.clone(), node.clone(), at);
+        let mut waiting = self.lock();
+        match waiting.get(&key) {
+            Some((false, _)) => true,
+            Some((true, _)) => {
+                waiting.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Wakes a held link when an end arrives.
+    pub(crate) fn watch(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// A link holding what its node sends (see [`RelayEnds`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Hold {
+    pub client_id: Arc<str>,
+    pub at: u64,
+    pub until: Instant,
+}
+
+/// The old node's end of relaying `node`'s copies for `client_id`, queued in the new node's
+/// peer session `to` here, behind what was relayed.
+fn queue_relay_end(
+    broker: &Broker,
+    to: &Arc<hayate_core::registry::SessionCell>,
+    client_id: &str,
+    node: &str,
+    at: u64,
+    now: Instant,
+    wake: &mut WakeList,
+) {
+    let message = crate::control::relay_end_message(client_id, node, at);
+    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+    let mut outcome = RouteOutcome::default();
+    broker.router.deliver(to, delivery, now, wake, &mut outcome);
 }

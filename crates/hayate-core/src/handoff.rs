@@ -25,6 +25,10 @@ pub struct HandedOver {
     /// order: the new node sends their PUBREL again [MQTT-4.4.0-1] (a client that hands the
     /// message to its application at PUBREL has not delivered it yet).
     pub released: Vec<u16>,
+    /// The nodes whose copies for the session the handing node relays until their marks
+    /// (`Handover::Relaying`); each one's end of relaying follows the relayed copies
+    /// (`docs/CLUSTER.md`, "Relay after a handover": order).
+    pub relaying_for: Vec<Arc<str>>,
 }
 
 impl HandedOver {
@@ -110,7 +114,7 @@ impl Broker {
                 // Only when `prepare_hand_over` was skipped or gave up (memory budget).
                 tracing::warn!(client_id, left_on_disk, "handover_without_stored_queue");
             }
-            let handed = if clean_start {
+            let mut handed = if clean_start {
                 HandedOver::default()
             } else {
                 HandedOver {
@@ -122,6 +126,7 @@ impl Broker {
                     released: state.session.released_ids(),
                     deliveries: state.session.take_all_deliveries(),
                     inbound_qos2: state.session.inbound_qos2_ids(),
+                    relaying_for: Vec::new(),
                 }
             };
             // Under the same lock as the deliveries taken: a forwarded message either went
@@ -134,6 +139,7 @@ impl Broker {
                     if !relay.waiting.is_empty()
                         && handed.subscriptions.iter().any(|(f, _)| !is_shared(f)) =>
                 {
+                    handed.relaying_for = relay.waiting.clone();
                     state.handover = Handover::Relaying(Box::new(relay));
                     true
                 }
@@ -215,6 +221,11 @@ impl Broker {
     /// A mark for a session still here (not handed over yet: the claimant started a new one
     /// without it, and marks as it subscribes) keeps what `node` forwards from now on from
     /// this session, which the new one receives directly, and spares the relay the wait.
+    ///
+    /// Returns the peer session of the node the session went to when this mark ended what is
+    /// relayed of `node`'s copies: everything relayed for `node` is queued there by now, and
+    /// the caller queues the end of it behind, so that the new node lets `node`'s own copies
+    /// reach the session only after those (`docs/CLUSTER.md`, "Relay after a handover").
     pub fn relay_marked(
         &self,
         client_id: &str,
@@ -222,10 +233,8 @@ impl Broker {
         at: Arrival,
         now: Instant,
         wake: &mut WakeList,
-    ) {
-        let Some(cluster) = self.router.cluster() else {
-            return;
-        };
+    ) -> Option<Arc<SessionCell>> {
+        let cluster = self.router.cluster()?;
         let Some(cell) = cluster.relaying(client_id) else {
             let here = self
                 .registry
@@ -239,15 +248,21 @@ impl Broker {
                     now + cluster.relay_timeout(),
                 );
             }
-            return;
+            return None;
         };
-        let (done, deadline) = match &mut cell.state.lock().handover {
+        let (done, deadline, ended_for) = match &mut cell.state.lock().handover {
             Handover::Relaying(relaying) if relaying.at == at => {
+                let before = relaying.waiting.len();
                 relaying.waiting.retain(|name| &**name != node);
-                (relaying.waiting.is_empty(), Some(relaying.deadline))
+                let ended_for = (relaying.waiting.len() < before).then(|| relaying.to.clone());
+                (
+                    relaying.waiting.is_empty(),
+                    Some(relaying.deadline),
+                    ended_for,
+                )
             }
-            Handover::Relaying(_) => (false, None),
-            _ => (true, None),
+            Handover::Relaying(_) => (false, None, None),
+            _ => (true, None, None),
         };
         if let (false, Some(deadline)) = (done, deadline) {
             // What `node` forwards after its mark reaches the new node directly: relayed too,
@@ -258,6 +273,7 @@ impl Broker {
             self.end_relay(&cell, now, wake);
             tracing::info!(client_id, "handover_relay_marked_by_every_node");
         }
+        ended_for
     }
 
     /// Ends the relaying of sessions past their deadline (some node never marked: what it

@@ -182,9 +182,7 @@ fn a_resumed_sessions_connack_waits_for_the_handover() {
                 subscription_id: None,
             },
         )],
-        deliveries: Vec::new(),
-        inbound_qos2: Vec::new(),
-        released: Vec::new(),
+        ..Default::default()
     };
     let mut wake = Vec::new();
     assert!(harness
@@ -551,9 +549,13 @@ fn a_session_handed_over_relays_forwarded_messages_until_every_node_marked() {
     // A late mark of an earlier take-over counts not; n2 marks; n3 has not yet: relaying.
     let mut wake = Vec::new();
     let earlier = hayate_core::Arrival::from_nanos(500);
-    harness
-        .broker
-        .relay_marked("c", "n3", earlier, harness.now(), &mut wake);
+    assert!(
+        harness
+            .broker
+            .relay_marked("c", "n3", earlier, harness.now(), &mut wake)
+            .is_none(),
+        "a late mark ends no relaying"
+    );
     harness
         .broker
         .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
@@ -580,9 +582,21 @@ fn a_nodes_copies_after_its_mark_are_not_relayed() {
     forward(&mut ingress, "o/1", b"1", 1);
     assert_eq!(peer2.transmit_publishes().len(), 1, "before n3's mark");
     let mut wake = Vec::new();
-    harness
+    let to = harness
         .broker
-        .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake);
+        .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake)
+        .expect("n3's mark ends what is relayed of its copies");
+    assert_eq!(
+        &*to.client_id, "$cluster/n2",
+        "the end goes behind the relayed copies, to the node that has the session"
+    );
+    assert!(
+        harness
+            .broker
+            .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake)
+            .is_none(),
+        "ended once"
+    );
     forward(&mut ingress, "o/2", b"2", 2);
     assert!(
         peer2.transmit_publishes().is_empty(),
@@ -611,8 +625,13 @@ fn a_claimant_that_marked_before_the_handover_is_not_waited_for() {
     harness
         .broker
         .relay_marked("c", "n2", CLAIM, harness.now(), &mut wake);
-    hand_over(&harness, "c", CLAIM, Some("n2"), &mut wake).expect("a session here");
+    let handed = hand_over(&harness, "c", CLAIM, Some("n2"), &mut wake).expect("a session here");
     assert_eq!(routes.len(), 1, "relaying for n3");
+    assert_eq!(
+        handed.relaying_for,
+        vec![std::sync::Arc::<str>::from("n3")],
+        "the answer names the nodes whose copies are relayed"
+    );
     harness
         .broker
         .relay_marked("c", "n3", CLAIM, harness.now(), &mut wake);
