@@ -10,6 +10,14 @@
 //!   identifier), then one PUBLISH per message owed to the client (DUP when it may have been
 //!   sent, the remaining expiry interval), then one PUBREC per inbound QoS 2 packet id
 //!   waiting for its PUBREL.
+//! - `$cluster/relay` (queued in the claiming node's peer session, QoS 1): a copy another
+//!   node forwarded here for a session handed over, passed on (`docs/CLUSTER.md`, "Relay
+//!   after a handover").
+//! - `$cluster/mark` (published by a link on its node, QoS 2): the end of what that node
+//!   routed to the old node for a session taken over.
+//! - `$cluster/relayend` (queued in the claiming node's peer session behind the relayed
+//!   copies, QoS 1): the end of what this node relays of one node's copies; the claiming node
+//!   holds that node's own copies until it is there.
 //!
 //! The client identifier travels as the user property `client_id`, never in a topic (a
 //! client identifier may hold `+`, `#` or `/`).
