@@ -193,6 +193,8 @@ pub async fn start(
     durable: bool,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ClusterHandle, ClusterError> {
+    // Unusable TLS files stop the node here, naming the file.
+    let tls = crate::tls::LinkTls::load(&config)?.map(Arc::new);
     let generation = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -241,6 +243,7 @@ pub async fn start(
             routes,
             self_name: Arc::from(config.node_name.as_str()),
             secret: config.secret.as_deref().map(Arc::from),
+            tls,
             durable,
             grace,
         },
