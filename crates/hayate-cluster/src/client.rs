@@ -1,6 +1,8 @@
-//! The MQTT 5 client side of a node link: one TCP connection to another node's cluster
-//! listener, written in batches (everything queued goes out in one write).
+//! The MQTT 5 client side of a node link: one TCP connection (TLS on it with `[cluster]
+//! tls_*`, see `crate::tls`) to another node's cluster listener, written in batches
+//! (everything queued goes out in one write).
 
+use crate::tls::LinkTls;
 use crate::ClusterError;
 use bytes::BytesMut;
 use hayate_codec::{decode, encode, ConnAck, Connect, Packet, Properties, ProtocolVersion};
@@ -8,16 +10,53 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 /// How long the TCP connection and CONNACK may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest packet a node takes from another.
 const MAX_PACKET: u32 = 256 * 1024 * 1024;
 
+/// The byte stream of a connection.
+#[derive(Debug)]
+enum LinkStream {
+    Tcp(TcpStream),
+    /// Boxed: a TLS stream is large, and only moved once.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl LinkStream {
+    /// Writes `bytes` and pushes them to the socket (TLS records included).
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            LinkStream::Tcp(tcp) => tcp.write_all(bytes).await,
+            LinkStream::Tls(tls) => {
+                tls.write_all(bytes).await?;
+                tls.flush().await
+            }
+        }
+    }
+
+    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            LinkStream::Tcp(tcp) => tcp.read_buf(buf).await,
+            LinkStream::Tls(tls) => tls.read_buf(buf).await,
+        }
+    }
+
+    /// Ends the stream (TLS: close_notify first).
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            LinkStream::Tcp(tcp) => tcp.shutdown().await,
+            LinkStream::Tls(tls) => tls.shutdown().await,
+        }
+    }
+}
+
 /// One connection to another node.
 #[derive(Debug)]
 pub(crate) struct NodeClient {
-    stream: TcpStream,
+    stream: LinkStream,
     read_buf: BytesMut,
     write_buf: BytesMut,
     /// Writes done (for the messages-per-write figure).
@@ -31,10 +70,11 @@ pub(crate) struct Connected {
 }
 
 impl NodeClient {
-    /// Connects as `client_id` with the cluster's `secret`; `clean_start` to begin a new
-    /// session there.
+    /// Connects as `client_id` with the cluster's `secret`, over TLS when `tls`; `clean_start`
+    /// to begin a new session there.
     pub(crate) async fn connect(
         address: SocketAddr,
+        tls: Option<&LinkTls>,
         client_id: &str,
         secret: Option<&str>,
         clean_start: bool,
@@ -59,17 +99,22 @@ impl NodeClient {
             },
             bridge: false,
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, Self::connect_inner(address, connect))
+        tokio::time::timeout(CONNECT_TIMEOUT, Self::connect_inner(address, tls, connect))
             .await
             .map_err(|_| ClusterError::Timeout("CONNACK"))?
     }
 
     async fn connect_inner(
         address: SocketAddr,
+        tls: Option<&LinkTls>,
         connect: Connect,
     ) -> Result<Connected, ClusterError> {
-        let stream = TcpStream::connect(address).await?;
-        stream.set_nodelay(true)?;
+        let tcp = TcpStream::connect(address).await?;
+        tcp.set_nodelay(true)?;
+        let stream = match tls {
+            Some(tls) => LinkStream::Tls(Box::new(tls.connect(address.ip(), tcp).await?)),
+            None => LinkStream::Tcp(tcp),
+        };
         let mut client = NodeClient {
             stream,
             read_buf: BytesMut::with_capacity(16 * 1024),
@@ -132,7 +177,11 @@ impl NodeClient {
             properties: Properties::default(),
         });
         if self.queue(&disconnect).is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(1), self.flush()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                self.flush().await?;
+                self.stream.shutdown().await.map_err(ClusterError::from)
+            })
+            .await;
         }
     }
 }

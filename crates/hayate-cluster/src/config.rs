@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 /// The `[cluster]` table (`hayate serve --node-name --cluster-listen --join`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -66,6 +67,33 @@ pub struct ClusterConfig {
     /// at most this many seconds (`docs/CLUSTER.md`, "Relay after a handover").
     #[serde(default = "default_handover_relay_secs")]
     pub handover_relay_secs: u64,
+    /// This node's certificate chain (PEM, leaf first) for TLS on node links. With
+    /// `tls_key` and `tls_ca`, every link is mutual TLS: this node presents it to the nodes it
+    /// connects to, and its cluster listener presents it to the nodes that connect here.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// The CA certificate(s) (PEM) that sign every node's certificate: the only ones trusted
+    /// on node links, both ways.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// The DNS name every other node's certificate must carry; unset: the other node's IP
+    /// address (as gossip advertises it) must be among its certificate's IP addresses.
+    #[serde(default)]
+    pub tls_server_name: Option<String>,
+}
+
+/// The files of TLS on node links (`[cluster] tls_cert`, `tls_key`, `tls_ca`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkTlsFiles<'a> {
+    /// This node's certificate chain.
+    pub cert: &'a Path,
+    /// Its private key.
+    pub key: &'a Path,
+    /// The CA of every node's certificate.
+    pub ca: &'a Path,
 }
 
 fn yes() -> bool {
@@ -105,6 +133,12 @@ pub enum ClusterConfigError {
     /// A value is out of range.
     #[error("cluster.{0} is out of range")]
     Range(&'static str),
+    /// Some of `tls_cert`, `tls_key`, `tls_ca` are set, not all.
+    #[error("cluster.tls_cert, tls_key and tls_ca go together: {0} missing (set all three for TLS on node links, or none)")]
+    TlsPartial(String),
+    /// `tls_server_name` without the TLS files, or not a DNS name.
+    #[error("cluster.tls_server_name {0:?}: needs tls_cert, tls_key and tls_ca, and a DNS name")]
+    TlsServerName(String),
 }
 
 impl ClusterConfig {
@@ -125,6 +159,10 @@ impl ClusterConfig {
             stopped_node_wait_secs: default_stopped_node_wait_secs(),
             lost_node_wait_secs: default_lost_node_wait_secs(),
             handover_relay_secs: default_handover_relay_secs(),
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            tls_server_name: None,
         }
     }
 
@@ -151,7 +189,43 @@ impl ClusterConfig {
         if self.lost_node_wait_secs > 300 {
             return Err(ClusterConfigError::Range("lost_node_wait_secs"));
         }
+        self.validate_tls()
+    }
+
+    fn validate_tls(&self) -> Result<(), ClusterConfigError> {
+        let keys = [
+            ("tls_cert", self.tls_cert.is_some()),
+            ("tls_key", self.tls_key.is_some()),
+            ("tls_ca", self.tls_ca.is_some()),
+        ];
+        let missing: Vec<&str> = keys
+            .iter()
+            .filter(|(_, set)| !set)
+            .map(|(key, _)| *key)
+            .collect();
+        if !missing.is_empty() && missing.len() < keys.len() {
+            return Err(ClusterConfigError::TlsPartial(missing.join(", ")));
+        }
+        if let Some(name) = &self.tls_server_name {
+            let dns_like = !name.is_empty()
+                && name.len() <= 253
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '*'));
+            if self.link_tls().is_none() || !dns_like {
+                return Err(ClusterConfigError::TlsServerName(name.clone()));
+            }
+        }
         Ok(())
+    }
+
+    /// The files of TLS on node links, when all three are set (see [`ClusterConfig::validate`]
+    /// for a partial set).
+    pub fn link_tls(&self) -> Option<LinkTlsFiles<'_>> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(LinkTlsFiles { cert, key, ca }),
+            _ => None,
+        }
     }
 
     /// The netsplit policy for the core.
@@ -192,6 +266,64 @@ mod tests {
         assert_eq!(config.gossip_interval_ms, 200);
         assert_eq!(config.lost_node_wait_secs, 10);
         assert_eq!(config.advertised(), "127.0.0.1:7001".parse().unwrap());
+    }
+
+    #[test]
+    fn tls_keys_go_together() {
+        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let mut config = ClusterConfig::new("n1", addr, vec![]);
+        assert!(config.validate().is_ok());
+        assert_eq!(config.link_tls(), None);
+        config.tls_cert = Some("node.pem".into());
+        let error = config.validate().unwrap_err();
+        assert_eq!(
+            error,
+            ClusterConfigError::TlsPartial("tls_key, tls_ca".into())
+        );
+        assert!(
+            error.to_string().contains("tls_key, tls_ca missing"),
+            "{error}"
+        );
+        config.tls_key = Some("node.key".into());
+        assert_eq!(
+            config.validate(),
+            Err(ClusterConfigError::TlsPartial("tls_ca".into()))
+        );
+        config.tls_ca = Some("ca.pem".into());
+        assert!(config.validate().is_ok());
+        assert_eq!(config.link_tls().map(|f| f.ca), Some(Path::new("ca.pem")));
+        config.tls_server_name = Some("bad name".into());
+        assert!(matches!(
+            config.validate(),
+            Err(ClusterConfigError::TlsServerName(_))
+        ));
+        config.tls_server_name = Some("nodes.cluster.internal".into());
+        assert!(config.validate().is_ok());
+        // A server name without the files is refused as well.
+        config.tls_cert = None;
+        config.tls_key = None;
+        config.tls_ca = None;
+        assert!(matches!(
+            config.validate(),
+            Err(ClusterConfigError::TlsServerName(_))
+        ));
+    }
+
+    #[test]
+    fn tls_keys_load_from_the_table() {
+        let config: ClusterConfig = toml_like(
+            r#"{"node_name":"a","listen":"127.0.0.1:7001","tls_cert":"a.pem","tls_key":"a.key","tls_ca":"ca.pem"}"#,
+        )
+        .unwrap();
+        assert!(config.validate().is_ok());
+        let files = config.link_tls().expect("TLS files");
+        assert_eq!(files.key, Path::new("a.key"));
+        let partial: ClusterConfig =
+            toml_like(r#"{"node_name":"a","listen":"127.0.0.1:7001","tls_ca":"ca.pem"}"#).unwrap();
+        assert_eq!(
+            partial.validate(),
+            Err(ClusterConfigError::TlsPartial("tls_cert, tls_key".into()))
+        );
     }
 
     fn toml_like(json: &str) -> serde_json::Result<ClusterConfig> {

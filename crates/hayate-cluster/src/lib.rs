@@ -6,7 +6,8 @@
 //!   generation).
 //! - **Forwarding**: for every other live node, a [`link`] pulls over TCP (same port) what this
 //!   node's clients subscribe to, once per message whatever the number of subscribers, and
-//!   publishes it here for local fan-out. The routing rules that make this loop-free live in
+//!   publishes it here for local fan-out. With `[cluster] tls_cert`, `tls_key` and `tls_ca`,
+//!   links are mutual TLS ([`tls`]). The routing rules that make this loop-free live in
 //!   `hayate_core::cluster`.
 //! - **Status**: `$SYS/broker/cluster/nodes` (retained JSON, this node's view), read by
 //!   `hayate cluster status` ([`status`]).
@@ -19,8 +20,9 @@ mod control;
 mod link;
 mod node;
 mod relay;
+mod tls;
 
-pub use config::{ClusterConfig, ClusterConfigError};
+pub use config::{ClusterConfig, ClusterConfigError, LinkTlsFiles};
 pub use node::{attach, start, wait_settled, ClusterHandle, LeaveSwitch};
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -58,6 +60,10 @@ pub enum ClusterError {
     /// Gossip could not start.
     #[error("gossip: {0}")]
     Gossip(String),
+    /// TLS on node links: a file that cannot be used (the message names it), or a handshake
+    /// that failed (the other node's certificate, or this one's, was refused).
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// What one link has done, for `$SYS` and `hayate cluster status`.

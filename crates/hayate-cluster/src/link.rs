@@ -51,6 +51,8 @@ pub(crate) struct LinkContext {
     pub routes: Arc<ClusterRoutes>,
     pub self_name: Arc<str>,
     pub secret: Option<Arc<str>>,
+    /// TLS on the links (`[cluster] tls_*`); `None`: plain TCP.
+    pub tls: Option<Arc<crate::tls::LinkTls>>,
     /// The node keeps its sessions in a store (see `crate::start`).
     pub durable: bool,
     /// How long another node keeps this one's peer session once it is dead
@@ -150,6 +152,7 @@ impl Link {
         let clean_start = self.first && !self.ctx.durable;
         let connected = NodeClient::connect(
             self.address,
+            self.ctx.tls.as_deref(),
             &client_id,
             self.ctx.secret.as_deref(),
             clean_start,

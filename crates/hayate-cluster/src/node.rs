@@ -193,6 +193,8 @@ pub async fn start(
     durable: bool,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ClusterHandle, ClusterError> {
+    // Unusable TLS files stop the node here, naming the file.
+    let tls = crate::tls::LinkTls::load(&config)?.map(Arc::new);
     let generation = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -225,8 +227,8 @@ pub async fn start(
         .await
         .map_err(|error| ClusterError::Gossip(format!("{error:#}")))?;
     tracing::info!(node = %config.node_name, generation, listen = %config.listen, join = ?config.join, "cluster_started");
-    if config.secret.is_none() && !config.listen.ip().is_loopback() {
-        tracing::warn!(listen = %config.listen, "cluster listener without a secret: any host that reaches it can join and read every message (set [cluster] secret)");
+    if config.secret.is_none() && tls.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "cluster listener without a secret or TLS: any host that reaches it can join and read every message (set [cluster] secret, or tls_cert, tls_key and tls_ca)");
     }
     let (answers, answers_rx) = mpsc::channel(ANSWERS_CAPACITY);
     let remembered = remembered_nodes(&broker, &config.node_name);
@@ -242,6 +244,7 @@ pub async fn start(
             routes,
             self_name: Arc::from(config.node_name.as_str()),
             secret: config.secret.as_deref().map(Arc::from),
+            tls,
             durable,
             grace,
         },

@@ -91,7 +91,7 @@ pub async fn fetch(mqtt: SocketAddr, timeout: Duration) -> Result<Status, Cluste
 
 async fn fetch_inner(mqtt: SocketAddr) -> Result<Status, ClusterError> {
     let client_id = format!("hayate-cluster-status-{:08x}", rand::random::<u32>());
-    let mut client = NodeClient::connect(mqtt, &client_id, None, true, 30, 0)
+    let mut client = NodeClient::connect(mqtt, None, &client_id, None, true, 30, 0)
         .await?
         .client;
     client.queue(&Packet::Subscribe(Subscribe {

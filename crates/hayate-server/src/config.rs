@@ -375,7 +375,31 @@ mod tests {
         assert_eq!(cluster.stopped_node_wait_secs, 15);
         assert_eq!(cluster.lost_node_wait_secs, 10);
         assert_eq!(cluster.handover_relay_secs, 30);
+        let tls = cluster.link_tls().expect("tls_cert, tls_key and tls_ca");
+        assert_eq!(tls.ca, Path::new("/etc/hayate/cluster-ca.pem"));
+        assert_eq!(
+            cluster.tls_server_name.as_deref(),
+            Some("node.cluster.internal")
+        );
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn cluster_tls_is_all_three_files_or_none() {
+        let table = "[cluster]\nnode_name = \"n1\"\nlisten = \"127.0.0.1:7000\"\n";
+        let partial = format!("{table}tls_cert = \"n1.pem\"\ntls_key = \"n1.key\"\n");
+        let error = Config::from_toml(&partial, "test").unwrap_err();
+        assert!(error.to_string().contains("tls_ca missing"), "{error}");
+        let plain = Config::from_toml(table, "test").unwrap();
+        let listener = ListenerConfig::cluster_for(plain.cluster.as_ref().unwrap());
+        assert_eq!(listener.transport, TransportKind::Mqtt);
+        let full = format!("{partial}tls_ca = \"ca.pem\"\n");
+        let tls = Config::from_toml(&full, "test").unwrap();
+        let listener = ListenerConfig::cluster_for(tls.cluster.as_ref().unwrap());
+        assert_eq!(listener.transport, TransportKind::Mqtts);
+        assert!(listener.require_certificate);
+        assert_eq!(listener.ca_file.as_deref(), Some(Path::new("ca.pem")));
+        assert_eq!(listener.role, hayate_core::ListenerRole::Cluster);
     }
 
     #[test]

@@ -428,6 +428,11 @@ async fn handshake_then_serve<G: Send + 'static>(
         .await
     {
         Ok(Ok(done)) => done,
+        Ok(Err(error)) if info.listener.role == ListenerRole::Cluster => {
+            // Another node (or something posing as one) whose certificate was refused.
+            tracing::warn!(listener = %info.listener.name, peer = ?info.peer, %error, "cluster_link_handshake_failed");
+            return;
+        }
         Ok(Err(error)) => {
             tracing::debug!(listener = %info.listener.name, peer = ?info.peer, %error, "handshake_failed");
             return;

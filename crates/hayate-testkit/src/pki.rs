@@ -70,3 +70,54 @@ pub fn make_pki_for(dir: &Path, server_names: &[&str]) -> TestPki {
         client_key: write("client.key", &client_key),
     }
 }
+
+/// A CA and one certificate per cluster node, for TLS on node links.
+#[derive(Debug, Clone)]
+pub struct NodePki {
+    /// CA certificate.
+    pub ca: PathBuf,
+    /// Per node, in the order asked: its certificate and its key.
+    pub nodes: Vec<(PathBuf, PathBuf)>,
+}
+
+/// A CA named `ca_name` in `dir` and a certificate signed by it for each of `nodes` (common
+/// name the node's, subjectAltName the IP `ip` and the DNS name `NODE.cluster.test`, usable
+/// as server and as client), files `ca_name.pem`, `ca_name-NODE.pem`, `ca_name-NODE.key`.
+pub fn make_node_pki(dir: &Path, ca_name: &str, nodes: &[&str], ip: &str) -> NodePki {
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(
+        DnType::CommonName,
+        format!("hayate test cluster CA {ca_name}"),
+    );
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let write = |name: String, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write PEM");
+        path
+    };
+    let certs = nodes
+        .iter()
+        .map(|node| {
+            let key = KeyPair::generate().expect("key");
+            let names = vec![ip.to_string(), format!("{node}.cluster.test")];
+            let mut params = CertificateParams::new(names).expect("params");
+            params.distinguished_name.push(DnType::CommonName, *node);
+            params.extended_key_usages = vec![
+                rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+                rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let cert = params.signed_by(&key, &issuer).expect("certificate");
+            (
+                write(format!("{ca_name}-{node}.pem"), &cert.pem()),
+                write(format!("{ca_name}-{node}.key"), &key.serialize_pem()),
+            )
+        })
+        .collect();
+    NodePki {
+        ca: write(format!("{ca_name}.pem"), &ca_cert.pem()),
+        nodes: certs,
+    }
+}

@@ -126,6 +126,24 @@ impl ListenerConfig {
         }
     }
 
+    /// The cluster listener of a node as `[cluster]` asks: with `tls_cert`, `tls_key` and
+    /// `tls_ca`, TLS with client certificates required, signed by `tls_ca` (the `mqtts` code
+    /// path); else plain TCP ([`ListenerConfig::cluster`]).
+    pub fn cluster_for(cluster: &hayate_cluster::ClusterConfig) -> ListenerConfig {
+        let plain = ListenerConfig::cluster(cluster.listen);
+        match cluster.link_tls() {
+            Some(files) => ListenerConfig {
+                transport: TransportKind::Mqtts,
+                cert_file: Some(files.cert.to_path_buf()),
+                key_file: Some(files.key.to_path_buf()),
+                ca_file: Some(files.ca.to_path_buf()),
+                require_certificate: true,
+                ..plain
+            },
+            None => plain,
+        }
+    }
+
     /// The name used in logs: configured, else `transport@address`.
     pub fn display_name(&self) -> String {
         self.name.clone().unwrap_or_else(|| {

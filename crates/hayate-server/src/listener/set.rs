@@ -89,12 +89,7 @@ pub(crate) fn wanted_listeners(config: &Config) -> Vec<ListenerConfig> {
         .iter()
         .map(|addr| ListenerConfig::tcp(*addr))
         .chain(config.listeners.iter().cloned())
-        .chain(
-            config
-                .cluster
-                .iter()
-                .map(|c| ListenerConfig::cluster(c.listen)),
-        )
+        .chain(config.cluster.iter().map(ListenerConfig::cluster_for))
         .collect()
 }
 
