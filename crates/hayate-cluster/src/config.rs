@@ -22,9 +22,9 @@ pub struct ClusterConfig {
     /// live node is enough; the rest are learnt by gossip.
     #[serde(default)]
     pub join: Vec<String>,
-    /// Nodes present this password to each other (and gossip carries it as the cluster id,
-    /// so nodes of another cluster are not mixed in). Unset: any node that can reach the
-    /// cluster listener is admitted, so keep it on a private network.
+    /// Nodes present this password to each other when their links connect (in CONNECT; the
+    /// gossip does not carry it, its cluster id is fixed). Unset: any node that can reach the
+    /// cluster listener is admitted, so keep it on a private network, or use TLS (`tls_*`).
     #[serde(default)]
     pub secret: Option<String>,
     /// A shared subscription's message goes to a member on the node where it was published
