@@ -27,7 +27,7 @@ use hayate_core::cluster::{
 use hayate_core::{
     Broker, ConnectionInfo, InProcess, InProcessError, ListenerInfo, ListenerRole, ReadGate,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -84,6 +84,11 @@ pub(crate) struct Link {
     next_id: u16,
     /// When the unanswered PINGREQ was queued, for the link round trip in `Stats`.
     ping_sent: Option<Instant>,
+    /// Packet ids of QoS 2 control messages (marks) this link acknowledged with PUBREC: their
+    /// PUBREL is answered here. Passed to the ingress, it released a forwarded message's id
+    /// the ingress still held when the other node, restarted, gave the id to a mark before
+    /// sending that message again, which the ingress then routed a second time.
+    control_rel: HashSet<u16>,
     /// What the other node sends waits: its mark for a session taken over here came back
     /// before the old node's end of relaying its copies (`crate::relay::RelayEnds`).
     hold: Option<Hold>,
@@ -106,6 +111,7 @@ impl Link {
             first: true,
             next_id: 0,
             ping_sent: None,
+            control_rel: HashSet::new(),
             hold: None,
         }
     }
@@ -167,6 +173,7 @@ impl Link {
             // A new session there: it has none of our filters, and its packet ids start
             // over, so the ingress (which remembers inbound QoS 2 ids) starts over too.
             self.subscribed.clear();
+            self.control_rel.clear();
             if let Some(old) = self.ingress.take() {
                 old.finish(Instant::now());
             }
@@ -575,6 +582,9 @@ impl Link {
                 self.ingress()?.handle(Packet::Publish(publish), now)?;
                 Ok(())
             }
+            Packet::PubRel(rel) if self.control_rel.remove(&rel.packet_id.get()) => {
+                client.queue(&Packet::PubComp(PubResp::new(rel.packet_id)))
+            }
             Packet::PubRel(rel) => Ok(self.ingress()?.handle(Packet::PubRel(rel), now)?),
             Packet::SubAck(suback) => {
                 for code in suback.reason_codes.iter().filter(|c| c.is_error()) {
@@ -695,7 +705,10 @@ impl Link {
         }
         match (publish.qos, publish.packet_id) {
             (QoS::AtLeastOnce, Some(id)) => client.queue(&Packet::PubAck(PubResp::new(id))),
-            (QoS::ExactlyOnce, Some(id)) => client.queue(&Packet::PubRec(PubResp::new(id))),
+            (QoS::ExactlyOnce, Some(id)) => {
+                self.control_rel.insert(id.get());
+                client.queue(&Packet::PubRec(PubResp::new(id)))
+            }
             _ => Ok(()),
         }
     }
