@@ -67,6 +67,13 @@ pub struct ClusterConfig {
     /// at most this many seconds (`docs/CLUSTER.md`, "Relay after a handover").
     #[serde(default = "default_handover_relay_secs")]
     pub handover_relay_secs: u64,
+    /// A session taken over here: once a node's mark comes back, its link holds what that
+    /// node sends until the old node's end of relaying that node's copies is here, at most
+    /// this many milliseconds, so the copies stay in order (`docs/CLUSTER.md`, "Relay after a
+    /// handover": order). Every other session's copies from that node wait as long. 0: no
+    /// hold (relayed copies may come after newer ones).
+    #[serde(default = "default_relay_order_hold_ms")]
+    pub relay_order_hold_ms: u64,
     /// This node's certificate chain (PEM, leaf first) for TLS on node links. With
     /// `tls_key` and `tls_ca`, every link is mutual TLS: this node presents it to the nodes it
     /// connects to, and its cluster listener presents it to the nodes that connect here.
@@ -124,6 +131,10 @@ fn default_handover_relay_secs() -> u64 {
     30
 }
 
+fn default_relay_order_hold_ms() -> u64 {
+    3_000
+}
+
 /// Why a `[cluster]` table cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ClusterConfigError {
@@ -159,6 +170,7 @@ impl ClusterConfig {
             stopped_node_wait_secs: default_stopped_node_wait_secs(),
             lost_node_wait_secs: default_lost_node_wait_secs(),
             handover_relay_secs: default_handover_relay_secs(),
+            relay_order_hold_ms: default_relay_order_hold_ms(),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -188,6 +200,9 @@ impl ClusterConfig {
         }
         if self.lost_node_wait_secs > 300 {
             return Err(ClusterConfigError::Range("lost_node_wait_secs"));
+        }
+        if self.relay_order_hold_ms > 60_000 {
+            return Err(ClusterConfigError::Range("relay_order_hold_ms"));
         }
         self.validate_tls()
     }
@@ -265,7 +280,23 @@ mod tests {
         assert!(config.prefer_local_shared);
         assert_eq!(config.gossip_interval_ms, 200);
         assert_eq!(config.lost_node_wait_secs, 10);
+        assert_eq!(config.relay_order_hold_ms, 3_000);
         assert_eq!(config.advertised(), "127.0.0.1:7001".parse().unwrap());
+    }
+
+    #[test]
+    fn the_relay_order_hold_is_bounded() {
+        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let mut config = ClusterConfig::new("n1", addr, vec![]);
+        for ok in [0, 60_000] {
+            config.relay_order_hold_ms = ok;
+            assert!(config.validate().is_ok(), "{ok}");
+        }
+        config.relay_order_hold_ms = 60_001;
+        assert_eq!(
+            config.validate(),
+            Err(ClusterConfigError::Range("relay_order_hold_ms"))
+        );
     }
 
     #[test]

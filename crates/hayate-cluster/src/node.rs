@@ -238,7 +238,9 @@ pub async fn start(
         ctx: LinkContext {
             answers,
             marks: Arc::new(crate::relay::MarkBoard::new()),
-            relay_ends: Arc::new(crate::relay::RelayEnds::new()),
+            relay_ends: Arc::new(crate::relay::RelayEnds::new(Duration::from_millis(
+                config.relay_order_hold_ms,
+            ))),
             shutdown: shutdown.clone(),
             broker,
             routes,

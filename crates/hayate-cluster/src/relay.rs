@@ -293,17 +293,12 @@ pub(crate) fn on_mark(
             return Some(Hold {
                 client_id: mark.client_id.clone(),
                 at: mark.at,
-                until: now + HOLD_MAX,
+                until: now + ctx.relay_ends.hold,
             });
         }
     }
     None
 }
-
-/// How long a link from node X holds what X sends once X's mark came back for a session
-/// taken over here, waiting for the old node's end of what it relays of X's copies
-/// ([`RelayEnds`]). Past it, X's copies go on (and may arrive before relayed older ones).
-pub(crate) const HOLD_MAX: Duration = Duration::from_secs(3);
 
 /// The ends of relaying this node waits for, per session taken over here: the old node relays
 /// each other node X's copies until X's mark reaches it, then queues a `$cluster/relayend`
@@ -316,16 +311,21 @@ pub(crate) struct RelayEnds {
     /// is kept.
     waiting: Mutex<HashMap<EndKey, (bool, Instant)>>,
     changed: watch::Sender<u64>,
+    /// How long a link from node X holds what X sends once X's mark came back, waiting for
+    /// the old node's end (`[cluster] relay_order_hold_ms`). Past it, X's copies go on (and
+    /// may arrive before relayed older ones). Zero: no hold.
+    hold: Duration,
 }
 
 /// Client id, node, claim's `at`.
 type EndKey = (Arc<str>, Arc<str>, u64);
 
 impl RelayEnds {
-    pub(crate) fn new() -> RelayEnds {
+    pub(crate) fn new(hold: Duration) -> RelayEnds {
         RelayEnds {
             waiting: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
+            hold,
         }
     }
 
@@ -335,6 +335,9 @@ impl RelayEnds {
 
     /// The old node relays `nodes`' copies for `client_id` (take-over `at`) until `until`.
     fn expect(&self, client_id: &Arc<str>, nodes: &[Arc<str>], at: u64, until: Instant) {
+        if self.hold.is_zero() {
+            return;
+        }
         let mut waiting = self.lock();
         let now = Instant::now();
         waiting.retain(|_, (_, keep)| *keep > now);

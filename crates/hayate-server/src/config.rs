@@ -375,6 +375,7 @@ mod tests {
         assert_eq!(cluster.stopped_node_wait_secs, 15);
         assert_eq!(cluster.lost_node_wait_secs, 10);
         assert_eq!(cluster.handover_relay_secs, 30);
+        assert_eq!(cluster.relay_order_hold_ms, 3_000);
         let tls = cluster.link_tls().expect("tls_cert, tls_key and tls_ca");
         assert_eq!(tls.ca, Path::new("/etc/hayate/cluster-ca.pem"));
         assert_eq!(
