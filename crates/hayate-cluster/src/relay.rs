@@ -163,6 +163,7 @@ pub(crate) fn take_over(
         &client_id,
         &relayed_for,
         answer.at,
+        now,
         now + routes.relay_timeout(),
     );
     let mark = Mark {
@@ -333,13 +334,20 @@ impl RelayEnds {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The old node relays `nodes`' copies for `client_id` (take-over `at`) until `until`.
-    fn expect(&self, client_id: &Arc<str>, nodes: &[Arc<str>], at: u64, until: Instant) {
+    /// The old node relays `nodes`' copies for `client_id` (take-over `at`) until `until`;
+    /// entries past their time are dropped.
+    fn expect(
+        &self,
+        client_id: &Arc<str>,
+        nodes: &[Arc<str>],
+        at: u64,
+        now: Instant,
+        until: Instant,
+    ) {
         if self.hold.is_zero() {
             return;
         }
         let mut waiting = self.lock();
-        let now = Instant::now();
         waiting.retain(|_, (_, keep)| *keep > now);
         for node in nodes {
             waiting
@@ -352,8 +360,8 @@ impl RelayEnds {
     pub(crate) fn ended(&self, client_id: Arc<str>, node: Arc<str>, at: u64) {
         if let Some((done, _)) = self.lock().get_mut(&(client_id, node, at)) {
             *done = true;
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Whether the link from `node` must hold what it sends until the end for `client_id`
