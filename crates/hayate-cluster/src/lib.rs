@@ -24,6 +24,7 @@ mod tls;
 
 pub use config::{ClusterConfig, ClusterConfigError, LinkTlsFiles};
 pub use node::{attach, start, wait_settled, ClusterHandle, LeaveSwitch};
+pub use tls::LinkTlsReload;
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 

@@ -98,6 +98,7 @@ pub struct ClusterHandle {
     task: JoinHandle<()>,
     leave: LeaveSwitch,
     settled: watch::Receiver<bool>,
+    tls: Option<crate::tls::LinkTlsReload>,
 }
 
 /// Waits, at most `within`, until `settled` ([`ClusterHandle::settled_signal`]) turns true: a
@@ -135,6 +136,11 @@ impl ClusterHandle {
     /// The switch that makes this node leave for good when the server shuts down.
     pub fn leave_switch(&self) -> LeaveSwitch {
         self.leave.clone()
+    }
+
+    /// What reads the links' TLS files again on SIGHUP; `None` without TLS on links.
+    pub fn tls_reload(&self) -> Option<crate::tls::LinkTlsReload> {
+        self.tls.clone()
     }
 
     /// Waits until the node left the cluster (after the server's shutdown signal).
@@ -246,7 +252,7 @@ pub async fn start(
             routes,
             self_name: Arc::from(config.node_name.as_str()),
             secret: config.secret.as_deref().map(Arc::from),
-            tls,
+            tls: tls.clone(),
             durable,
             grace,
         },
@@ -266,6 +272,7 @@ pub async fn start(
         task,
         leave,
         settled,
+        tls: tls.map(crate::tls::LinkTlsReload),
     })
 }
 

@@ -4,7 +4,9 @@
 //! listener's side is the server's `mqtts` code path, with client certificates required.
 //!
 //! rustls with the `ring` provider, as the server's and the bridges' TLS. The files are read
-//! once, at start.
+//! at start and again on SIGHUP ([`LinkTls::reload`], through [`LinkTlsReload`]): links
+//! opened from then on use the new ones; a file that does not load keeps the previous
+//! settings, and the error names it.
 
 use crate::config::{ClusterConfig, LinkTlsFiles};
 use crate::ClusterError;
@@ -12,18 +14,20 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::RootCertStore;
 use std::net::IpAddr;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 /// How this node opens TLS on its links.
-#[derive(Clone)]
 pub(crate) struct LinkTls {
-    connector: TlsConnector,
+    /// Replaced whole by a reload.
+    connector: RwLock<TlsConnector>,
     /// The name every other node's certificate must carry; `None`: its IP address.
     server_name: Option<ServerName<'static>>,
+    /// `tls_cert`, `tls_key`, `tls_ca`: read again by a reload.
+    files: [PathBuf; 3],
 }
 
 impl std::fmt::Debug for LinkTls {
@@ -47,9 +51,19 @@ impl LinkTls {
             None => None,
         };
         Ok(Some(LinkTls {
-            connector: connector(files)?,
+            connector: RwLock::new(connector(files)?),
             server_name,
+            files: [files.cert, files.key, files.ca].map(Path::to_path_buf),
         }))
+    }
+
+    /// Reads the certificate, key and CA files again; links opened from now on use them.
+    /// On an error (naming the file) the previous ones stay.
+    pub(crate) fn reload(&self) -> Result<(), ClusterError> {
+        let [cert, key, ca] = &self.files;
+        let connector = connector(LinkTlsFiles { cert, key, ca })?;
+        *self.connector.write().unwrap_or_else(|e| e.into_inner()) = connector;
+        Ok(())
     }
 
     /// Opens TLS on `tcp` to the node at `ip`.
@@ -62,10 +76,28 @@ impl LinkTls {
             .server_name
             .clone()
             .unwrap_or_else(|| ServerName::IpAddress(ip.into()));
-        self.connector
+        let connector = self
+            .connector
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        connector
             .connect(name, tcp)
             .await
             .map_err(|e| ClusterError::Tls(format!("handshake: {e}")))
+    }
+}
+
+/// Reloads the links' TLS files on SIGHUP (from [`crate::ClusterHandle::tls_reload`]).
+#[derive(Debug, Clone)]
+pub struct LinkTlsReload(pub(crate) Arc<LinkTls>);
+
+impl LinkTlsReload {
+    /// Reads `[cluster] tls_cert`, `tls_key` and `tls_ca` again: links opened from now on
+    /// present the new certificate and check the other nodes' against the new CA. On an
+    /// error (naming the file) the previous ones stay in use.
+    pub fn reload(&self) -> Result<(), ClusterError> {
+        self.0.reload()
     }
 }
 
@@ -261,6 +293,46 @@ mod tests {
         assert!(!listener, "a client certificate of another CA accepted");
         let (link, listener) = handshake(&rogue_client, server(&pki.ca, &b)).await;
         assert!(!link && !listener);
+    }
+
+    #[tokio::test]
+    async fn a_reload_reads_the_files_again_and_keeps_the_old_ones_on_error() {
+        let old = Pki::new("reload-old");
+        let new = Pki::new("reload-new");
+        let a = old.node("a", &["127.0.0.1"]);
+        let (b_old, b_new) = (old.node("b", &["127.0.0.1"]), new.node("b", &["127.0.0.1"]));
+        let link = LinkTls::load(&old.config(&a, None)).unwrap().unwrap();
+        assert_eq!(
+            handshake(&link, server(&old.ca, &b_old)).await,
+            (true, true)
+        );
+        // The cluster moves to a new CA: this node's files are replaced in place.
+        let a_new = new.node("a", &["127.0.0.1"]);
+        std::fs::copy(&a_new.0, &a.0).expect("copy");
+        std::fs::copy(&a_new.1, &a.1).expect("copy");
+        std::fs::copy(&new.ca, &old.ca).expect("copy");
+        // Until the reload, links use what was read at start: the new CA's node is refused.
+        let (linked, _) = handshake(&link, server(&new.ca, &b_new)).await;
+        assert!(
+            !linked,
+            "a certificate of the new CA accepted before the reload"
+        );
+        link.reload().expect("reload");
+        assert_eq!(
+            handshake(&link, server(&new.ca, &b_new)).await,
+            (true, true)
+        );
+        // A file that does not load: the error names it, the links keep what they had.
+        std::fs::write(&a.1, "not a key").expect("write");
+        let error = link.reload().unwrap_err().to_string();
+        assert!(
+            error.contains("tls_key") && error.contains("a.key"),
+            "{error}"
+        );
+        assert_eq!(
+            handshake(&link, server(&new.ca, &b_new)).await,
+            (true, true)
+        );
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct ServerHandle {
     /// The listeners running now (SIGHUP adds, changes and removes them) and the settings
     /// new connections get.
     listeners: Arc<ListenerSet>,
+    /// Reads the node links' TLS files again (in a cluster with `[cluster] tls_*`).
+    cluster_tls: Option<hayate_cluster::LinkTlsReload>,
 }
 
 impl Server {
@@ -84,6 +86,7 @@ impl Server {
         };
         let mut leave_cluster: Option<Arc<dyn Fn() + Send + Sync>> = None;
         let mut cluster_settled = None;
+        let mut cluster_tls = None;
         if let (Some(cluster), Some(routes)) = (&config.cluster, cluster_routes) {
             let handle = hayate_cluster::start(
                 broker.clone(),
@@ -95,6 +98,7 @@ impl Server {
             .await
             .map_err(io::Error::other)?;
             cluster_settled = Some(handle.settled_signal());
+            cluster_tls = handle.tls_reload();
             // `hayate cluster leave` (the admin API): leave for good, then shut down.
             let switch = handle.leave_switch();
             let trigger = shutdown.clone();
@@ -175,6 +179,7 @@ impl Server {
             shutdown,
             tasks,
             listeners,
+            cluster_tls,
         })
     }
 }
@@ -248,11 +253,22 @@ impl ServerHandle {
         report
     }
 
-    /// Re-reads the certificates, keys and PSK files of every listener that has them (on
-    /// SIGHUP). A file that fails to load keeps the previous settings of its listener; the
-    /// errors are returned (and logged). New connections use the new settings.
+    /// Re-reads the certificates, keys and PSK files of every listener that has them, and
+    /// those of TLS on node links (on SIGHUP). A file that fails to load keeps the previous
+    /// settings of its listener (or of the links); the errors are returned (and logged). New
+    /// connections and links use the new settings.
     pub fn reload_transports(&self) -> Vec<String> {
-        self.listeners.reload_transports()
+        let mut errors = self.listeners.reload_transports();
+        if let Some(tls) = &self.cluster_tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("cluster_link_tls_reloaded"),
+                Err(error) => {
+                    tracing::error!(%error, "cluster_link_tls_reload_failed");
+                    errors.push(error.to_string());
+                }
+            }
+        }
+        errors
     }
 
     /// Applies the bridges of a configuration read again (on SIGHUP; each already

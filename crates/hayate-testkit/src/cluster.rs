@@ -93,6 +93,11 @@ impl Node {
         self.signal("-STOP");
     }
 
+    /// Asks the process to read its files again (SIGHUP).
+    pub fn hangup(&self) {
+        self.signal("-HUP");
+    }
+
     /// Lets a frozen process run again (SIGCONT).
     pub fn thaw(&self) {
         self.signal("-CONT");

@@ -202,6 +202,78 @@ async fn a_node_with_a_certificate_of_another_ca_gets_no_link() {
     assert!(!n2.log_text().contains("cluster_link_up"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_read_again_at_sighup_open_the_links_after_a_rotation() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let old = make_node_pki(dir.path(), "old", &["n1", "n2"], "127.0.0.1");
+    let new = make_node_pki(dir.path(), "new", &["n1", "n2"], "127.0.0.1");
+    // Each node reads its files from paths of its own; the rotation replaces them in place.
+    let ca = dir.path().join("ca.pem");
+    let files: Vec<(PathBuf, PathBuf)> = ["n1", "n2"]
+        .iter()
+        .map(|n| {
+            let p = |ext: &str| dir.path().join(format!("{n}.{ext}"));
+            (p("pem"), p("key"))
+        })
+        .collect();
+    let put = |pki: &hayate_testkit::pki::NodePki| {
+        std::fs::copy(&pki.ca, &ca).expect("copy");
+        for ((cert, key), (from_cert, from_key)) in files.iter().zip(&pki.nodes) {
+            std::fs::copy(from_cert, cert).expect("copy");
+            std::fs::copy(from_key, key).expect("copy");
+        }
+    };
+    put(&old);
+    let configs: Vec<PathBuf> = ["n1", "n2"]
+        .iter()
+        .zip(&files)
+        .map(|(name, (cert, key))| node_config(dir.path(), name, &tls_keys(cert, key, &ca)))
+        .collect();
+    let n1 = start_node(dir.path(), "n1", &[], &configs[0]);
+    n1.wait_listening().await;
+    let mut n2 = start_node(dir.path(), "n2", &[n1.cluster], &configs[1]);
+    n2.wait_listening().await;
+    wait_links(&n1, &n2).await;
+
+    // The cluster moves to a new CA. n1 reads its files again on SIGHUP (its listener and its
+    // links); n2 is restarted with the new files, so every link is opened anew: n1's link to
+    // n2 is accepted only if it presents n1's new certificate.
+    put(&new);
+    n1.hangup();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !n1.log_text().contains("cluster_link_tls_reloaded") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "n1 did not reload its link TLS:\n{}",
+            n1.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    n2.restart();
+    n2.wait_listening().await;
+    wait_links(&n1, &n2).await;
+    let mut sub2 = n2.client("sub2", true).await;
+    sub2.subscribe("rotated/#", QoS::AtLeastOnce, 1).await;
+    let mut publisher = n1.client("pub1", true).await;
+    await_route(&mut publisher, &mut sub2, "rotated/x").await;
+}
+
+/// Waits until the links between `a` and `b` are up both ways.
+async fn wait_links(a: &Node, b: &Node) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while link_up(a, &b.name).await != Some(true) || link_up(b, &a.name).await != Some(true) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the links between {} and {} are not up:\n{}\n{}",
+            a.name,
+            b.name,
+            a.log_text(),
+            b.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until `node` sees `other` live by gossip.
 async fn wait_live(node: &Node, other: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
