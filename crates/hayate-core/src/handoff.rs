@@ -343,6 +343,15 @@ impl Broker {
         wake: &mut WakeList,
     ) -> bool {
         let Some(cell) = self.registry.get(client_id) else {
+            // The session that claimed it is gone (the client moved on, e.g. after the claim
+            // timed out): what was handed over is lost here. A known fault (docs/CLUSTER.md,
+            // "A session lost when the claim's answer comes after the handover timeout").
+            tracing::warn!(
+                client_id,
+                subscriptions = handed.subscriptions.len(),
+                messages = handed.deliveries.len(),
+                "cluster_session_answer_dropped"
+            );
             return false;
         };
         let mut added = 0u64;
