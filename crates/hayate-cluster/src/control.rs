@@ -431,7 +431,11 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
         expires_at,
         // A client's message (No Local never matches it again).
         Some(0),
-    );
+    )
+    // Another node's: should the session it is for have been handed over from here in turn
+    // a moment ago, it is relayed on to where the session is (`Router::relay` relays only
+    // what came from another node).
+    .forwarded_by_peer(Arc::new(hayate_core::PeerScope::default()));
     Delivery {
         subscription_ids,
         maybe_sent: publish.dup,
@@ -442,7 +446,16 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
 /// Answers `claim` from node `from` (it came down this node's link from `from`): disconnects
 /// and hands over the client's session here, and queues the answer in `from`'s peer session
 /// here (even without a session: `from`'s CONNACK waits for it).
-pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Claim, now: Instant) {
+///
+/// `ends`: what the node the session came from still relays here for it; a session handed on
+/// relays until that has arrived too.
+pub(crate) fn answer_claim(
+    broker: &hayate_core::Broker,
+    ends: &crate::relay::RelayEnds,
+    from: &str,
+    claim: &Claim,
+    now: Instant,
+) {
     let mut wake = hayate_core::WakeList::new();
     // The session leaves, its relay starts, the claimant's peer session takes its filters and
     // the answer is queued ahead of anything relayed: one step for this node's routing.
@@ -451,11 +464,16 @@ pub(crate) fn answer_claim(broker: &hayate_core::Broker, from: &str, claim: &Cla
         "{}{from}",
         hayate_core::cluster::PEER_CLIENT_PREFIX
     ));
+    let upstream = ends.pending(&claim.client_id, now);
+    tracing::debug!(client_id = %claim.client_id, %from, ?upstream, "cluster_claim_answered");
     let handed = broker.hand_over(
         &claim.client_id,
-        claim.clean_start,
-        claim.arrival(),
-        peer.as_ref(),
+        hayate_core::handoff::Claiming {
+            clean_start: claim.clean_start,
+            at: claim.arrival(),
+            to: peer.as_ref(),
+            upstream,
+        },
         now,
         &mut wake,
     );

@@ -75,6 +75,8 @@ pub(crate) struct Link {
     peer: Arc<str>,
     address: SocketAddr,
     stats: Arc<NodeStats>,
+    /// Rung when gossip finds the node back: the next attempt starts now.
+    retry: Arc<tokio::sync::Notify>,
     /// Filters (with their subscription identifiers) the other node's session for us has
     /// (valid while it keeps the session).
     subscribed: HashMap<Arc<str>, u32>,
@@ -100,12 +102,14 @@ impl Link {
         peer: Arc<str>,
         address: SocketAddr,
         stats: Arc<NodeStats>,
+        retry: Arc<tokio::sync::Notify>,
     ) -> Link {
         Link {
             ctx,
             peer,
             address,
             stats,
+            retry,
             subscribed: HashMap::new(),
             ingress: None,
             first: true,
@@ -116,7 +120,8 @@ impl Link {
         }
     }
 
-    /// Connects, reconnects with a jittered back-off, until `stop`.
+    /// Connects, reconnects with a jittered back-off, until `stop`. A `retry` (gossip says the
+    /// node is back) ends the back-off at once.
     pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut delay = Duration::from_millis(100);
         loop {
@@ -138,10 +143,12 @@ impl Link {
             }
             let jitter = rand::random::<u64>() % (delay.as_millis() as u64 / 2 + 1);
             tokio::select! {
-                _ = tokio::time::sleep(delay + Duration::from_millis(jitter)) => {}
+                _ = tokio::time::sleep(delay + Duration::from_millis(jitter)) => {
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                _ = self.retry.notified() => delay = Duration::from_millis(100),
                 _ = stop.changed() => break,
             }
-            delay = (delay * 2).min(Duration::from_secs(2));
         }
         if let Some(ingress) = self.ingress.take() {
             ingress.finish(Instant::now());
@@ -660,7 +667,16 @@ impl Link {
             }
         } else if publish.topic.as_str() == RELAY_END_TOPIC {
             match decode_relay_end(&publish) {
-                Some((client_id, node, at)) => self.ctx.relay_ends.ended(client_id, node, at),
+                Some((client_id, node, at)) => {
+                    let mut wake = hayate_core::WakeList::new();
+                    self.ctx
+                        .broker
+                        .upstream_relay_ended(&client_id, &node, now, &mut wake);
+                    for doorbell in wake {
+                        doorbell.notify_one();
+                    }
+                    self.ctx.relay_ends.ended(client_id, node, at)
+                }
                 None => tracing::warn!(peer = %self.peer, "cluster_relay_end_malformed"),
             }
         } else if publish.topic.as_str() == MARK_TOPIC {
@@ -684,18 +700,25 @@ impl Link {
                 return Ok(());
             }
             match Claim::from_publish(&publish) {
-                Some(claim) if claim.clean_start => {
-                    answer_claim(&self.ctx.broker, &self.peer, &claim, now)
-                }
+                Some(claim) if claim.clean_start => answer_claim(
+                    &self.ctx.broker,
+                    &self.ctx.relay_ends,
+                    &self.peer,
+                    &claim,
+                    now,
+                ),
                 Some(claim) => {
                     // The part of the session's queue on disk only is read back first (it
                     // goes with the session); the answer follows when it is in memory.
                     let broker = self.ctx.broker.clone();
+                    let ends = self.ctx.relay_ends.clone();
                     let peer = self.peer.clone();
                     let client_id = claim.client_id.clone();
                     self.ctx.broker.prepare_hand_over(
                         &client_id,
-                        Box::new(move || answer_claim(&broker, &peer, &claim, Instant::now())),
+                        Box::new(move || {
+                            answer_claim(&broker, &ends, &peer, &claim, Instant::now())
+                        }),
                     );
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_claim_malformed"),

@@ -83,6 +83,8 @@ struct Peer {
     stats: Arc<NodeStats>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// Ends the link's reconnect back-off (the node is back).
+    retry: Arc<tokio::sync::Notify>,
     /// Since when gossip has it dead (`None` while live).
     dead_since: Option<Instant>,
     /// This incarnation announced that it is stopping: while it is away, the cluster is not
@@ -284,6 +286,56 @@ struct PendingClaim {
     deadline: Instant,
     /// When the client's CONNECT arrived (the claim's `at`).
     at: Arrival,
+    /// The latest `deadline` may move to while a node it waits for reconnects
+    /// ([`relink_wait`]).
+    cap: Instant,
+    /// The nodes it waits for that were seen dead since the claim (or at it).
+    was_away: Vec<Arc<str>>,
+    /// Those of them whose link came up again while it waited, and were given
+    /// `ANSWER_TIMEOUT` from then.
+    relinked: Vec<Arc<str>>,
+}
+
+/// How often a claim past its deadline looks again whether a node it waits for, back, has
+/// its link up.
+const RELINK_POLL: Duration = Duration::from_millis(250);
+
+/// A claim past its deadline waits on while a node it waits for, seen dead since the claim,
+/// is live again and its link from here is down, and for `ANSWER_TIMEOUT` once that link is
+/// up: the node may have answered already, into its session for this node, which only that
+/// link brings here (the kill soak of 2026-11-29 lost a session to an answer that came 0.4 s
+/// after the timeout). Never past `claim.cap`. `None`: the wait is over.
+fn relink_wait(
+    claim: &mut PendingClaim,
+    peers: &HashMap<Arc<str>, Peer>,
+    now: Instant,
+) -> Option<Instant> {
+    if now >= claim.cap {
+        return None;
+    }
+    let mut until: Option<Instant> = None;
+    for name in &claim.was_away {
+        if !claim.waiting.contains(name) {
+            continue;
+        }
+        let Some(peer) = peers.get(name) else {
+            continue;
+        };
+        if peer.dead_since.is_some() {
+            continue;
+        }
+        let next = if !peer.stats.link_up.load(Ordering::Relaxed) {
+            claim.relinked.retain(|n| n != name);
+            now + RELINK_POLL
+        } else if !claim.relinked.contains(name) {
+            claim.relinked.push(name.clone());
+            now + ANSWER_TIMEOUT
+        } else {
+            continue;
+        };
+        until = Some(until.map_or(next, |u| u.max(next)));
+    }
+    until.map(|until| until.min(claim.cap))
 }
 
 struct Node {
@@ -430,12 +482,24 @@ impl Node {
                             ANSWER_TIMEOUT
                         };
                         let deadline = (Instant::now() + wait).max(lost_until.unwrap_or(now));
+                        let was_away = asked
+                            .iter()
+                            .filter(|name| {
+                                self.peers
+                                    .get(*name)
+                                    .is_some_and(|p| p.dead_since.is_some())
+                            })
+                            .cloned()
+                            .collect();
                         self.pending.insert(
                             client_id.to_string(),
                             PendingClaim {
                                 waiting: asked,
                                 deadline,
                                 at,
+                                cap: now + self.ctx.routes.handover_timeout() + 2 * ANSWER_TIMEOUT,
+                                was_away,
+                                relinked: Vec::new(),
                             },
                         );
                     }
@@ -575,6 +639,14 @@ impl Node {
     fn expire_pending(&mut self) {
         let now = Instant::now();
         self.ctx.routes.expire_fences(now);
+        for claim in self.pending.values_mut() {
+            for name in &claim.waiting {
+                let dead = self.peers.get(name).is_some_and(|p| p.dead_since.is_some());
+                if dead && !claim.was_away.contains(name) {
+                    claim.was_away.push(name.clone());
+                }
+            }
+        }
         let expired: Vec<String> = self
             .pending
             .iter()
@@ -582,6 +654,16 @@ impl Node {
             .map(|(client_id, _)| client_id.clone())
             .collect();
         for client_id in expired {
+            if let Some(claim) = self.pending.get_mut(&client_id) {
+                if let Some(until) = relink_wait(claim, &self.peers, now) {
+                    if claim.deadline < until {
+                        tracing::info!(%client_id, waiting = ?claim.waiting, "cluster_handover_waits_for_relink");
+                    }
+                    claim.deadline = until;
+                    self.ctx.broker.extend_handover(&client_id, until);
+                    continue;
+                }
+            }
             if let Some(claim) = self.pending.remove(&client_id) {
                 tracing::warn!(%client_id, waiting = ?claim.waiting, "cluster_handover_timeout");
                 self.ctx.routes.await_fence(
@@ -659,6 +741,7 @@ impl Node {
                 Some(peer) if peer.generation == id.generation_id => {
                     if peer.dead_since.take().is_some() {
                         tracing::info!(peer = %id.node_id, "cluster_node_back");
+                        peer.retry.notify_one();
                     }
                 }
                 Some(peer) if peer.address == id.gossip_advertise_addr => {
@@ -668,6 +751,9 @@ impl Node {
                     peer.generation = id.generation_id;
                     peer.dead_since = None;
                     peer.stopping = false;
+                    // Claims queued for it wait for this link: no back-off left over from
+                    // while it was dead.
+                    peer.retry.notify_one();
                 }
                 _ => {
                     if let Some(old) = self.peers.remove(&id.node_id) {
@@ -719,11 +805,13 @@ impl Node {
     fn spawn_link(&self, id: &ChitchatId) -> Peer {
         let stats = Arc::new(NodeStats::default());
         let (stop, stopped) = watch::channel(false);
+        let retry = Arc::new(tokio::sync::Notify::new());
         let link = Link::new(
             self.ctx.clone(),
             id.node_id.clone(),
             id.gossip_advertise_addr,
             stats.clone(),
+            retry.clone(),
         );
         Peer {
             generation: id.generation_id,
@@ -731,6 +819,7 @@ impl Node {
             stats,
             stop,
             task: tokio::spawn(link.run(stopped)),
+            retry,
             dead_since: None,
             stopping: false,
             durable: false,

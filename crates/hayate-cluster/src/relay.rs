@@ -159,6 +159,7 @@ pub(crate) fn take_over(
         .into_iter()
         .filter(|node| node != self_name && node != old)
         .collect();
+    tracing::debug!(client_id = %client_id, ?relayed_for, at = answer.at, "cluster_relay_ends_expected");
     ctx.relay_ends.expect(
         &client_id,
         &relayed_for,
@@ -344,9 +345,6 @@ impl RelayEnds {
         now: Instant,
         until: Instant,
     ) {
-        if self.hold.is_zero() {
-            return;
-        }
         let mut waiting = self.lock();
         waiting.retain(|_, (_, keep)| *keep > now);
         for node in nodes {
@@ -370,13 +368,28 @@ impl RelayEnds {
         let key = (client_id.clone(), node.clone(), at);
         let mut waiting = self.lock();
         match waiting.get(&key) {
-            Some((false, _)) => true,
+            Some((false, _)) => !self.hold.is_zero(),
             Some((true, _)) => {
                 waiting.remove(&key);
                 false
             }
             None => false,
         }
+    }
+
+    /// The nodes whose copies for `client_id` the node it came from still relays here (their
+    /// ends not arrived, not past their time): a handover of the session from here waits for
+    /// them too (`Relaying::upstream` in `hayate-core`).
+    pub(crate) fn pending(&self, client_id: &str, now: Instant) -> Vec<Arc<str>> {
+        let mut nodes: Vec<Arc<str>> = self
+            .lock()
+            .iter()
+            .filter(|((client, _, _), (done, keep))| &**client == client_id && !done && *keep > now)
+            .map(|((_, node, _), _)| node.clone())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
     }
 
     /// Wakes a held link when an end arrives.

@@ -17,7 +17,7 @@ use crate::broker::Broker;
 use crate::close::{Close, CloseReason};
 use crate::flow::{InboundLimit, Waiting};
 use crate::hooks::{ClientInfo, ListenerInfo};
-use crate::registry::{Handover, SessionCell, SessionState};
+use crate::registry::{AwaitedHandover, Handover, SessionCell, SessionState};
 use crate::router::WakeList;
 use crate::stats::Stats;
 use auth::AuthState;
@@ -504,19 +504,31 @@ impl Channel {
         };
         let awaited = {
             let mut state = cell.state.lock();
-            if let Handover::Awaited(awaited) = &state.handover {
-                if !awaited.answered && now < awaited.deadline {
+            match &state.handover {
+                Handover::Awaited(awaited) if !awaited.answered && now < awaited.deadline => {
                     return true;
                 }
+                Handover::Awaited(_) => std::mem::take(&mut state.handover),
+                // Handed over to another node meanwhile (`Relaying` is that relay's, not
+                // this connection's to end): the session is gone from here.
+                Handover::Settled | Handover::Relaying(_) => Handover::Settled,
             }
-            std::mem::take(&mut state.handover)
         };
         self.awaiting_handover = false;
         if let Handover::Awaited(awaited) = awaited {
-            let mut connack = awaited.connack;
-            connack.session_present |= awaited.received;
-            tracing::debug!(client_id = %cell.client_id, session_present = connack.session_present, timed_out = !awaited.answered, "handover_settled");
+            let AwaitedHandover {
+                mut connack,
+                received,
+                answered,
+                claims,
+                ..
+            } = *awaited;
+            connack.session_present |= received;
+            tracing::debug!(client_id = %cell.client_id, session_present = connack.session_present, timed_out = !answered, "handover_settled");
             self.write(&Packet::ConnAck(connack), out);
+            // Other nodes' claims held while it waited (the wait ended here, before the
+            // cluster's release).
+            self.broker.answer_held_claims(&cell.client_id, claims);
         }
         false
     }

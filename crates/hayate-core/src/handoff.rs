@@ -2,13 +2,27 @@
 //! has it hands it over when its client connects to another node, and that node takes it.
 
 use crate::cluster::{ClusterRoutes, SessionKind, PEER_CLIENT_PREFIX};
-use crate::registry::{Handover, Relaying, SessionCell, SubscriptionRecord};
+use crate::registry::{DeferredClaims, Handover, Relaying, SessionCell, SubscriptionRecord};
 use crate::router::{RouteOutcome, SubEntry, WakeList};
 use crate::store::{StoreOp, SubscriptionData};
 use crate::Broker;
 use hayate_session::{Arrival, Delivery};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// A claim being answered (`Broker::hand_over`).
+#[derive(Debug)]
+pub struct Claiming<'a> {
+    /// The claim starts a new session: nothing is handed over.
+    pub clean_start: bool,
+    /// When the claiming connection's CONNECT arrived.
+    pub at: Arrival,
+    /// The claiming node's peer session here.
+    pub to: Option<&'a Arc<SessionCell>>,
+    /// Nodes whose copies for the session another node still relays here (see
+    /// `Relaying::upstream`).
+    pub upstream: Vec<Arc<str>>,
+}
 
 /// What a session held when it was handed over.
 #[derive(Debug, Default)]
@@ -47,12 +61,53 @@ impl Broker {
     /// limit), reads that part back into memory first, then calls `done` (on the store's
     /// thread); otherwise calls `done` at once. Until then the session goes on receiving; what
     /// arrives meanwhile stays in memory, so the handover takes it too.
+    ///
+    /// While the session here waits for its own claim's answers (its CONNACK is held,
+    /// `Handover::Awaited`), nothing is handed over yet: `done` is held until the wait ends
+    /// (every node answered, or the cluster gave up waiting), so that a session another node
+    /// hands over to this one meanwhile goes on with it instead of finding it gone
+    /// (`docs/CLUSTER.md`, "A claim that comes while the session waits for its own").
     pub fn prepare_hand_over(&self, client_id: &str, done: Box<dyn FnOnce() + Send>) {
+        let Some(done) = self.defer_claim(client_id, done) else {
+            return;
+        };
         match (self.persistence.get(), self.registry.get(client_id)) {
             (Some(attached), Some(cell)) if cell.kind == SessionKind::Client => {
                 attached.load_for_handover(&cell, done)
             }
             _ => done(),
+        }
+    }
+
+    /// Holds `done` in `client_id`'s session while it waits for its claim's answers; returns
+    /// it when the session does not wait.
+    fn defer_claim(
+        &self,
+        client_id: &str,
+        done: Box<dyn FnOnce() + Send>,
+    ) -> Option<Box<dyn FnOnce() + Send>> {
+        let Some(cell) = self.registry.get(client_id) else {
+            return Some(done);
+        };
+        if cell.kind != SessionKind::Client {
+            return Some(done);
+        }
+        let mut state = cell.state.lock();
+        match &mut state.handover {
+            Handover::Awaited(awaited) if !awaited.answered => {
+                awaited.claims.0.push(done);
+                tracing::info!(client_id, "cluster_claim_held_for_own_claim");
+                None
+            }
+            _ => Some(done),
+        }
+    }
+
+    /// Answers the claims held while `client_id`'s session waited (see
+    /// [`Broker::prepare_hand_over`]).
+    pub(crate) fn answer_held_claims(&self, client_id: &str, claims: DeferredClaims) {
+        for done in claims.0 {
+            self.prepare_hand_over(client_id, done);
         }
     }
 
@@ -69,12 +124,16 @@ impl Broker {
     pub fn hand_over(
         &self,
         client_id: &str,
-        clean_start: bool,
-        claimed_at: Arrival,
-        to: Option<&Arc<SessionCell>>,
+        claim: Claiming<'_>,
         now: Instant,
         wake: &mut WakeList,
     ) -> Option<HandedOver> {
+        let Claiming {
+            clean_start,
+            at: claimed_at,
+            to,
+            upstream,
+        } = claim;
         let cell = self.registry.get(client_id)?;
         if cell.kind != SessionKind::Client {
             return None;
@@ -87,6 +146,7 @@ impl Broker {
                 Some(Relaying {
                     to: to.clone(),
                     waiting: relay_waiting(cluster, to, client_id, claimed_at),
+                    upstream,
                     deadline: now + cluster.relay_timeout(),
                     at: claimed_at,
                 })
@@ -136,7 +196,7 @@ impl Broker {
             // arrive to relay.
             let relaying = match relay {
                 Some(relay)
-                    if !relay.waiting.is_empty()
+                    if !(relay.waiting.is_empty() && relay.upstream.is_empty())
                         && handed.subscriptions.iter().any(|(f, _)| !is_shared(f)) =>
                 {
                     handed.relaying_for = relay.waiting.clone();
@@ -176,6 +236,13 @@ impl Broker {
     /// and the store, its shared subscriptions and its will go as when it ends, its plain
     /// subscriptions stay in the router (and in the node's route set) until it ends.
     fn start_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
+        // Before it leaves the registry: what is relayed here for it meanwhile finds it
+        // (`Broker::relay_on`).
+        if let Some(cluster) = self.router.cluster() {
+            if let Some(previous) = cluster.relay_started(cell.client_id.clone(), cell.clone()) {
+                self.end_relay(&previous, now, wake);
+            }
+        }
         let (shared, will, persisted) = {
             let mut state = cell.state.lock();
             let shared: Vec<Box<str>> = state
@@ -206,11 +273,6 @@ impl Broker {
         }
         if let Some(will) = will {
             self.publish_will(&cell.client_id, will, now, wake);
-        }
-        if let Some(cluster) = self.router.cluster() {
-            if let Some(previous) = cluster.relay_started(cell.client_id.clone(), cell.clone()) {
-                self.end_relay(&previous, now, wake);
-            }
         }
     }
 
@@ -254,9 +316,10 @@ impl Broker {
             Handover::Relaying(relaying) if relaying.at == at => {
                 let before = relaying.waiting.len();
                 relaying.waiting.retain(|name| &**name != node);
+                tracing::debug!(client_id, node, waiting = ?relaying.waiting, upstream = ?relaying.upstream, "handover_relay_mark");
                 let ended_for = (relaying.waiting.len() < before).then(|| relaying.to.clone());
                 (
-                    relaying.waiting.is_empty(),
+                    relaying.waiting.is_empty() && relaying.upstream.is_empty(),
                     Some(relaying.deadline),
                     ended_for,
                 )
@@ -274,6 +337,37 @@ impl Broker {
             tracing::info!(client_id, "handover_relay_marked_by_every_node");
         }
         ended_for
+    }
+
+    /// The node `client_id`'s session came from ended its relay of `node`'s copies to this
+    /// node: when this node handed the session on meanwhile and relays for it, that wait is
+    /// over (`Relaying::upstream`); the relay ends when nothing else is awaited.
+    pub fn upstream_relay_ended(
+        &self,
+        client_id: &str,
+        node: &str,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(cell) = self
+            .router
+            .cluster()
+            .and_then(|cluster| cluster.relaying(client_id))
+        else {
+            return;
+        };
+        let done = match &mut cell.state.lock().handover {
+            Handover::Relaying(relaying) if !relaying.upstream.is_empty() => {
+                relaying.upstream.retain(|name| &**name != node);
+                tracing::debug!(client_id, node, upstream = ?relaying.upstream, "handover_upstream_ended");
+                relaying.upstream.is_empty() && relaying.waiting.is_empty()
+            }
+            _ => false,
+        };
+        if done {
+            self.end_relay(&cell, now, wake);
+            tracing::info!(client_id, "handover_relay_ended_after_upstream");
+        }
     }
 
     /// Ends the relaying of sessions past their deadline (some node never marked: what it
@@ -307,7 +401,8 @@ impl Broker {
 
     /// Deliveries another node relayed for `client_id`'s session, which it handed over here
     /// (`Handover::Relaying` there): queued in the session as they are (the other node
-    /// matched them against the session's subscriptions). Returns how many were queued.
+    /// matched them against the session's subscriptions), or relayed on when this node handed
+    /// the session over in turn. Returns how many were queued or relayed.
     pub fn deliver_relayed(
         &self,
         client_id: &str,
@@ -316,8 +411,41 @@ impl Broker {
         wake: &mut WakeList,
     ) -> u64 {
         let Some(cell) = self.registry.get(client_id) else {
-            tracing::debug!(
+            return self.relay_on(client_id, deliveries, now, wake);
+        };
+        let mut outcome = RouteOutcome::default();
+        for delivery in deliveries {
+            self.router
+                .deliver(&cell, delivery, now, wake, &mut outcome);
+        }
+        outcome.delivered as u64
+    }
+
+    /// Relayed deliveries for a session this node handed over in turn meanwhile (a claim held
+    /// while the session waited for its own, answered since): relayed on to the node that has
+    /// it now, while this node relays for it (`Relaying::upstream` keeps it relaying until the
+    /// node they come from ends).
+    fn relay_on(
+        &self,
+        client_id: &str,
+        deliveries: Vec<Delivery>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> u64 {
+        let relaying = self
+            .router
+            .cluster()
+            .and_then(|cluster| cluster.relaying(client_id));
+        let to = relaying
+            .as_ref()
+            .and_then(|cell| match &cell.state.lock().handover {
+                Handover::Relaying(relaying) => Some(relaying.to.clone()),
+                _ => None,
+            });
+        let (Some(cell), Some(to)) = (relaying.clone(), to) else {
+            tracing::warn!(
                 client_id,
+                relaying = relaying.is_some(),
                 dropped = deliveries.len(),
                 "relayed_without_session"
             );
@@ -326,7 +454,7 @@ impl Broker {
         let mut outcome = RouteOutcome::default();
         for delivery in deliveries {
             self.router
-                .deliver(&cell, delivery, now, wake, &mut outcome);
+                .relay_copy(&cell, &to, &delivery, now, wake, &mut outcome);
         }
         outcome.delivered as u64
     }
@@ -394,15 +522,34 @@ impl Broker {
         let Some(cell) = self.registry.get(client_id) else {
             return;
         };
-        let doorbell = {
+        let (doorbell, claims) = {
             let mut state = cell.state.lock();
-            if let Handover::Awaited(awaited) = &mut state.handover {
-                awaited.answered = true;
-            }
-            state.doorbell.clone()
+            let claims = match &mut state.handover {
+                Handover::Awaited(awaited) => {
+                    awaited.answered = true;
+                    std::mem::take(&mut awaited.claims)
+                }
+                _ => DeferredClaims::default(),
+            };
+            (state.doorbell.clone(), claims)
         };
         if let Some(doorbell) = doorbell {
             doorbell.notify_one();
+        }
+        self.answer_held_claims(client_id, claims);
+    }
+
+    /// The cluster waits longer for the answers to `client_id`'s claim (a node it waits for is
+    /// back and its link reconnecting): its held CONNACK goes out at `until` at the latest.
+    pub fn extend_handover(&self, client_id: &str, until: Instant) {
+        let Some(cell) = self.registry.get(client_id) else {
+            return;
+        };
+        let mut state = cell.state.lock();
+        if let Handover::Awaited(awaited) = &mut state.handover {
+            if !awaited.answered && awaited.deadline < until {
+                awaited.deadline = until;
+            }
         }
     }
 
@@ -496,9 +643,23 @@ impl crate::router::Router {
         if delivery.message.from_peer.is_none() {
             return;
         }
+        self.relay_copy(cell, to, &delivery, now, wake, outcome);
+    }
+
+    /// Queues a copy of `delivery` for `cell`'s session, which this node handed over, in the
+    /// peer session `to` of the node that has it now.
+    pub(crate) fn relay_copy(
+        &self,
+        cell: &Arc<SessionCell>,
+        to: &Arc<SessionCell>,
+        delivery: &Delivery,
+        now: Instant,
+        wake: &mut WakeList,
+        outcome: &mut RouteOutcome,
+    ) {
         let Some(message) = self
             .cluster()
-            .and_then(|cluster| cluster.relay_message(&cell.client_id, &delivery, now))
+            .and_then(|cluster| cluster.relay_message(&cell.client_id, delivery, now))
         else {
             return;
         };

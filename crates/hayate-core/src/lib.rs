@@ -35,7 +35,7 @@ pub use broker::{Broker, LiveLimits};
 pub use channel::{Channel, ConnectionInfo, ReadGate};
 pub use close::{Close, CloseReason};
 pub use config::{BrokerConfig, SharedStrategy};
-pub use hayate_session::{Arrival, Delivery, Message, OutBuf};
+pub use hayate_session::{Arrival, Delivery, Message, OutBuf, PeerScope};
 pub use hooks::{
     AuthHook, AuthStep, Authenticated, ClientInfo, ConnectionLimits, EnhancedAuth, ListenerInfo,
     ListenerRole, StaticPolicy,

@@ -103,6 +103,11 @@ pub struct Relaying {
     pub to: Arc<SessionCell>,
     /// Nodes whose mark has not arrived yet.
     pub waiting: Vec<Arc<str>>,
+    /// Nodes whose copies the node this session came from still relays here (it was handed
+    /// over to this node a moment before, and passed on before that relay ended): their end
+    /// of relaying (`Broker::upstream_relay_ended`) has not arrived yet. Relaying goes on
+    /// until it has, so that those copies go on to the session too.
+    pub upstream: Vec<Arc<str>>,
     /// When relaying ends whatever has not arrived.
     pub deadline: std::time::Instant,
     /// The claim it was handed over on (marks name it).
@@ -120,6 +125,20 @@ pub struct AwaitedHandover {
     pub received: bool,
     /// Every node asked answered (or the cluster gave up waiting).
     pub answered: bool,
+    /// Other nodes' claims of this session that came while it waited: answered once it no
+    /// longer waits, so that what the answers bring goes with it (`Broker::prepare_hand_over`).
+    pub claims: DeferredClaims,
+}
+
+/// Answers to other nodes' claims, held while a session waits for its own claim's answers
+/// (`AwaitedHandover::claims`); each one runs once.
+#[derive(Default)]
+pub struct DeferredClaims(pub Vec<Box<dyn FnOnce() + Send>>);
+
+impl std::fmt::Debug for DeferredClaims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeferredClaims({})", self.0.len())
+    }
 }
 
 /// A session's subscriptions (filter → options), allocated with the first one: most

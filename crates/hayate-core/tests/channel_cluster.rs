@@ -13,10 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn cluster_harness() -> (CoreHarness, Arc<ClusterRoutes>) {
-    let harness = CoreHarness::new();
-    let routes = Arc::new(ClusterRoutes::new(true));
-    assert!(harness.broker.router.attach_cluster(routes.clone()));
-    (harness, routes)
+    CoreHarness::clustered()
 }
 
 fn on_role(harness: &CoreHarness, role: ListenerRole) -> TestChannel {
@@ -37,9 +34,17 @@ fn hand_over(
     wake: &mut hayate_core::WakeList,
 ) -> Option<hayate_core::handoff::HandedOver> {
     let to = to.and_then(|node| harness.session(&format!("$cluster/{node}")));
-    harness
-        .broker
-        .hand_over(client_id, false, at, to.as_ref(), harness.now(), wake)
+    harness.broker.hand_over(
+        client_id,
+        hayate_core::handoff::Claiming {
+            clean_start: false,
+            at,
+            to: to.as_ref(),
+            upstream: Vec::new(),
+        },
+        harness.now(),
+        wake,
+    )
 }
 
 /// A peer node's session here, subscribed to `filters` with their identifiers.

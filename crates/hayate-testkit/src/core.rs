@@ -107,6 +107,15 @@ impl CoreHarness {
         CoreHarness::with_config(|_| {})
     }
 
+    /// A broker as [`CoreHarness::new`], one node of a cluster: its router counts its
+    /// sessions' subscriptions in the returned route set.
+    pub fn clustered() -> (CoreHarness, Arc<hayate_core::cluster::ClusterRoutes>) {
+        let harness = CoreHarness::new();
+        let routes = Arc::new(hayate_core::cluster::ClusterRoutes::new(true));
+        assert!(harness.broker.router.attach_cluster(routes.clone()));
+        (harness, routes)
+    }
+
     /// A broker whose configuration `configure` adjusted first.
     pub fn with_config(configure: impl FnOnce(&mut BrokerConfig)) -> CoreHarness {
         let mut config = BrokerConfig::default();

@@ -225,3 +225,69 @@ async fn a_node_that_does_not_answer_the_claim_in_time_is_fenced() {
     );
     assert_each_once(&cluster, &got, TOTAL);
 }
+
+/// A client resumes its session on n2, whose CONNACK waits for n1 (frozen: it is asked and
+/// cannot answer yet); the client gives up on n2 and connects to n3 meanwhile, as the kill
+/// soak's clients did (docs/CLUSTER.md, "A claim that comes while the session waits for its
+/// own"). n2 holds n3's claim until its own wait ends, so the session n1 hands over to n2
+/// goes on to n3 with everything queued for it: Session Present 1 on n3, nothing lost, nothing
+/// twice. Before, n2 handed n3 its empty waiting session at once, and n1's answer, coming to
+/// n2 after that, found nothing to go into: n3 said Session Present 1 with no subscription
+/// left (when n1 answered n2's claim before n3's, which thawed here is the usual order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_comes_while_the_session_waits_for_its_own_gets_the_whole_session() {
+    let cluster = Cluster::start_durable(bin(), 3, &[]).await;
+    let connect_as = |mqtt| connect_persistent(mqtt, "held-sub");
+    let (mut sub, _) = connect_as(cluster.nodes[0].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[2].client("held-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[0].freeze();
+    drop(sub);
+    // Routed to the session on n1 (its link's socket holds them while it is frozen).
+    publish_numbered(&mut publisher, 0..TOTAL / 3, Duration::ZERO).await;
+    let mut first = hayate_testkit::RawClient::connect_tcp(
+        cluster.nodes[1].mqtt,
+        hayate_codec::ProtocolVersion::V5,
+    )
+    .await;
+    let mut connect =
+        hayate_testkit::connect_packet(hayate_codec::ProtocolVersion::V5, "held-sub", false);
+    connect.properties.session_expiry_interval = Some(600);
+    first
+        .send(hayate_codec::Packet::Connect(Box::new(connect)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Gives up on n2 before its CONNACK.
+    drop(first);
+    let moving = tokio::spawn(connect_as(cluster.nodes[2].mqtt));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!moving.is_finished(), "n3's CONNACK waits for n1 and n2");
+    cluster.nodes[0].thaw();
+    let (mut moved, connack) = moving.await.unwrap();
+    publish_numbered(&mut publisher, TOTAL / 3..TOTAL, Duration::ZERO).await;
+    assert!(
+        connack.session_present,
+        "the session followed the client to n3"
+    );
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.iter().filter(|p: &&String| p.starts_with("m-")).count() < TOTAL as usize
+        && Instant::now() < deadline
+    {
+        got.extend(payloads(
+            &drain(&mut moved, Duration::from_millis(500)).await,
+        ));
+    }
+    got.extend(payloads(
+        &drain(&mut moved, Duration::from_millis(500)).await,
+    ));
+    got.retain(|p| p != "probe");
+    assert_each_once(&cluster, &got, TOTAL);
+    let n2 = cluster.nodes[1].log_text();
+    assert!(
+        n2.contains("cluster_claim_held_for_own_claim"),
+        "n2 held n3's claim while it waited:\n{n2}"
+    );
+}

@@ -413,7 +413,13 @@ impl Channel {
         if await_handover {
             // Written by `poll_handover` once the other nodes answered (or gave up).
             if let Some(cell) = &self.cell {
-                cell.state.lock().handover = Handover::Awaited(Box::new(AwaitedHandover {
+                let mut state = cell.state.lock();
+                // Claims held for an earlier connection's wait now wait for this one's.
+                let claims = match &mut state.handover {
+                    Handover::Awaited(earlier) => std::mem::take(&mut earlier.claims),
+                    _ => Default::default(),
+                };
+                state.handover = Handover::Awaited(Box::new(AwaitedHandover {
                     connack,
                     deadline: now
                         + self
@@ -423,6 +429,7 @@ impl Channel {
                             .map_or(HANDOVER_TIMEOUT, |cluster| cluster.handover_timeout()),
                     received: false,
                     answered: false,
+                    claims,
                 }));
             }
             self.awaiting_handover = true;
