@@ -707,9 +707,7 @@ impl Link {
                 return Ok(());
             }
             match Claim::from_publish(&publish) {
-                Some(claim) if claim.clean_start => {
-                    answer_claim(&self.ctx, &self.peer, &claim, now)
-                }
+                Some(claim) if claim.clean_start => answer_claim(&self.ctx, &self.peer, &claim, now),
                 Some(claim) => {
                     // The part of the session's queue on disk only is read back first (it
                     // goes with the session); the answer follows when it is in memory.
