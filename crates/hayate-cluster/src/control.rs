@@ -55,7 +55,6 @@ const PRESENT: &str = "present";
 const OLD: &str = "old";
 const NEW: &str = "new";
 const RELAYING_FOR: &str = "relaying_for";
-const FORWARDED: &str = "forwarded";
 const NODE: &str = "node";
 
 /// Another node answered a claim of this node's (the link already took the session).
@@ -154,7 +153,6 @@ pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAn
         client_id,
         at,
         handed,
-        forwarded: user_property(publish, FORWARDED) == Some("1"),
     })
 }
 
@@ -166,9 +164,6 @@ pub(crate) struct SessionAnswer {
     pub at: u64,
     /// The session (`None`: the sending node had none).
     pub handed: Option<HandedOver>,
-    /// Not the sending node's own: another node's answer to one of its claims, which came
-    /// after it had handed the session over here (`crate::late`).
-    pub forwarded: bool,
 }
 
 fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
@@ -184,18 +179,6 @@ fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
 /// when this node had none (the user property `present` tells them apart, as a session may be
 /// present and empty).
 pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: Instant) -> Message {
-    answer_message(&claim.client_id, claim.at, handed, false, now)
-}
-
-/// A `$cluster/session` message for `client_id`'s claim made `at`; `forwarded`: another
-/// node's answer, passed on (`crate::late`).
-pub(crate) fn answer_message(
-    client_id: &str,
-    at: u64,
-    handed: Option<&HandedOver>,
-    forwarded: bool,
-    now: Instant,
-) -> Message {
     let empty = HandedOver::default();
     let present = handed.is_some();
     let handed = handed.unwrap_or(&empty);
@@ -243,16 +226,15 @@ pub(crate) fn answer_message(
         QoS::AtLeastOnce,
         false,
         Properties {
-            user_properties: [
-                (CLIENT_ID, client_id.to_string()),
-                (PRESENT, if present { "1" } else { "0" }.to_string()),
-                (AT, at.to_string()),
-                (RELAYING_FOR, handed.relaying_for.join(",")),
-            ]
-            .into_iter()
-            .chain(forwarded.then(|| (FORWARDED, "1".to_string())))
-            .map(|(key, value)| (key.into(), value.as_str().into()))
-            .collect(),
+            user_properties: vec![
+                (CLIENT_ID.into(), claim.client_id.as_str().into()),
+                (PRESENT.into(), if present { "1" } else { "0" }.into()),
+                (AT.into(), claim.at.to_string().as_str().into()),
+                (
+                    RELAYING_FOR.into(),
+                    handed.relaying_for.join(",").as_str().into(),
+                ),
+            ],
             ..Properties::default()
         },
         None,
@@ -468,12 +450,12 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
 /// `ends`: what the node the session came from still relays here for it; a session handed on
 /// relays until that has arrived too.
 pub(crate) fn answer_claim(
-    ctx: &crate::link::LinkContext,
-    from: &Arc<str>,
+    broker: &hayate_core::Broker,
+    ends: &crate::relay::RelayEnds,
+    from: &str,
     claim: &Claim,
     now: Instant,
 ) {
-    let (broker, ends) = (&ctx.broker, &ctx.relay_ends);
     let mut wake = hayate_core::WakeList::new();
     // The session leaves, its relay starts, the claimant's peer session takes its filters and
     // the answer is queued ahead of anything relayed: one step for this node's routing.
@@ -496,11 +478,6 @@ pub(crate) fn answer_claim(
         &mut wake,
     );
     if !claim.clean_start {
-        if handed.is_some() {
-            // A late answer to a claim this node made for the session goes on there.
-            ctx.handed_to
-                .record(&claim.client_id, from, claim.at, now + ctx.grace);
-        }
         match peer {
             Some(peer) => {
                 let message = session_message(claim, handed.as_ref(), now);

@@ -17,7 +17,6 @@ pub mod status;
 
 mod client;
 mod control;
-mod late;
 mod link;
 mod node;
 mod relay;

@@ -65,8 +65,6 @@ pub(crate) struct LinkContext {
     pub marks: Arc<crate::relay::MarkBoard>,
     /// The ends of relaying that sessions taken over here wait for (`crate::relay`).
     pub relay_ends: Arc<crate::relay::RelayEnds>,
-    /// Where sessions handed over from here went (`crate::late`).
-    pub handed_to: Arc<crate::late::HandedTo>,
     /// The node is shutting down: claims wait for its restart (see `Link::on_control`).
     pub shutdown: watch::Receiver<bool>,
 }
@@ -639,15 +637,10 @@ impl Link {
                     // other node forwarded for the client after the handover find its
                     // subscriptions in place.
                     let client_id = answer.client_id.clone();
-                    let forwarded = answer.forwarded;
                     let mut wake = hayate_core::WakeList::new();
                     crate::relay::take_over(&self.ctx, &self.peer, answer, now, &mut wake);
                     for doorbell in wake {
                         doorbell.notify_one();
-                    }
-                    if forwarded {
-                        // Passed on (`crate::late`): no claim of this node's waits for it.
-                        return Ok(());
                     }
                     let answer = Answer {
                         from: self.peer.clone(),
@@ -707,16 +700,25 @@ impl Link {
                 return Ok(());
             }
             match Claim::from_publish(&publish) {
-                Some(claim) if claim.clean_start => answer_claim(&self.ctx, &self.peer, &claim, now),
+                Some(claim) if claim.clean_start => answer_claim(
+                    &self.ctx.broker,
+                    &self.ctx.relay_ends,
+                    &self.peer,
+                    &claim,
+                    now,
+                ),
                 Some(claim) => {
                     // The part of the session's queue on disk only is read back first (it
                     // goes with the session); the answer follows when it is in memory.
-                    let ctx = self.ctx.clone();
+                    let broker = self.ctx.broker.clone();
+                    let ends = self.ctx.relay_ends.clone();
                     let peer = self.peer.clone();
                     let client_id = claim.client_id.clone();
                     self.ctx.broker.prepare_hand_over(
                         &client_id,
-                        Box::new(move || answer_claim(&ctx, &peer, &claim, Instant::now())),
+                        Box::new(move || {
+                            answer_claim(&broker, &ends, &peer, &claim, Instant::now())
+                        }),
                     );
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_claim_malformed"),

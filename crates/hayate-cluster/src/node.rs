@@ -249,7 +249,6 @@ pub async fn start(
             relay_ends: Arc::new(crate::relay::RelayEnds::new(Duration::from_millis(
                 config.relay_order_hold_ms,
             ))),
-            handed_to: Arc::new(crate::late::HandedTo::default()),
             shutdown: shutdown.clone(),
             broker,
             routes,

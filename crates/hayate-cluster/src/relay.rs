@@ -112,18 +112,6 @@ pub(crate) fn take_over(
     let Some(mut handed) = answer.handed else {
         return;
     };
-    if !broker.has_client_session(&answer.client_id) {
-        // This node handed the session on meanwhile (or it ended here).
-        crate::late::pass_on(ctx, old, &answer.client_id, handed, now, wake);
-        return;
-    }
-    if answer.forwarded {
-        // Another node's answer passed on by the node the session was at: merged as it is.
-        // That node took no copies for it since, so there is nothing to suppress or mark.
-        handed.relaying_for.clear();
-        broker.take_over(&answer.client_id, handed, now, wake);
-        return;
-    }
     let relaying_for = std::mem::take(&mut handed.relaying_for);
     let client_id: Arc<str> = Arc::from(answer.client_id.as_str());
     let at = Arrival::from_nanos(answer.at);

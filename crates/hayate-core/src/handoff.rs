@@ -459,13 +459,6 @@ impl Broker {
         outcome.delivered as u64
     }
 
-    /// Whether `client_id` has a client session here.
-    pub fn has_client_session(&self, client_id: &str) -> bool {
-        self.registry
-            .get(client_id)
-            .is_some_and(|cell| cell.kind == SessionKind::Client)
-    }
-
     /// Takes a session handed over by another node into the session `client_id` has here
     /// (its new connection's): its subscriptions are added where this session has none to the
     /// same filter, its messages queued after what this session already holds. False when
