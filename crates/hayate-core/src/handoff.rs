@@ -237,7 +237,7 @@ impl Broker {
     /// subscriptions stay in the router (and in the node's route set) until it ends.
     fn start_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
         // Before it leaves the registry: what is relayed here for it meanwhile finds it
-        // (`Broker::relay_on`).
+        // (`Broker::deliver_relayed`).
         if let Some(cluster) = self.router.cluster() {
             if let Some(previous) = cluster.relay_started(cell.client_id.clone(), cell.clone()) {
                 self.end_relay(&previous, now, wake);
@@ -410,42 +410,18 @@ impl Broker {
         now: Instant,
         wake: &mut WakeList,
     ) -> u64 {
-        let Some(cell) = self.registry.get(client_id) else {
-            return self.relay_on(client_id, deliveries, now, wake);
-        };
-        let mut outcome = RouteOutcome::default();
-        for delivery in deliveries {
+        // Handed over again meanwhile (a claim held while the session waited for its own,
+        // answered since): its relaying session passes them on (relayed deliveries are
+        // another node's, so `Router::relay` takes them), while `Relaying::upstream` keeps it
+        // relaying.
+        let cell = self.registry.get(client_id).or_else(|| {
             self.router
-                .deliver(&cell, delivery, now, wake, &mut outcome);
-        }
-        outcome.delivered as u64
-    }
-
-    /// Relayed deliveries for a session this node handed over in turn meanwhile (a claim held
-    /// while the session waited for its own, answered since): relayed on to the node that has
-    /// it now, while this node relays for it (`Relaying::upstream` keeps it relaying until the
-    /// node they come from ends).
-    fn relay_on(
-        &self,
-        client_id: &str,
-        deliveries: Vec<Delivery>,
-        now: Instant,
-        wake: &mut WakeList,
-    ) -> u64 {
-        let relaying = self
-            .router
-            .cluster()
-            .and_then(|cluster| cluster.relaying(client_id));
-        let to = relaying
-            .as_ref()
-            .and_then(|cell| match &cell.state.lock().handover {
-                Handover::Relaying(relaying) => Some(relaying.to.clone()),
-                _ => None,
-            });
-        let (Some(cell), Some(to)) = (relaying.clone(), to) else {
+                .cluster()
+                .and_then(|cluster| cluster.relaying(client_id))
+        });
+        let Some(cell) = cell else {
             tracing::warn!(
                 client_id,
-                relaying = relaying.is_some(),
                 dropped = deliveries.len(),
                 "relayed_without_session"
             );
@@ -454,7 +430,7 @@ impl Broker {
         let mut outcome = RouteOutcome::default();
         for delivery in deliveries {
             self.router
-                .relay_copy(&cell, &to, &delivery, now, wake, &mut outcome);
+                .deliver(&cell, delivery, now, wake, &mut outcome);
         }
         outcome.delivered as u64
     }
@@ -643,23 +619,9 @@ impl crate::router::Router {
         if delivery.message.from_peer.is_none() {
             return;
         }
-        self.relay_copy(cell, to, &delivery, now, wake, outcome);
-    }
-
-    /// Queues a copy of `delivery` for `cell`'s session, which this node handed over, in the
-    /// peer session `to` of the node that has it now.
-    pub(crate) fn relay_copy(
-        &self,
-        cell: &Arc<SessionCell>,
-        to: &Arc<SessionCell>,
-        delivery: &Delivery,
-        now: Instant,
-        wake: &mut WakeList,
-        outcome: &mut RouteOutcome,
-    ) {
         let Some(message) = self
             .cluster()
-            .and_then(|cluster| cluster.relay_message(&cell.client_id, delivery, now))
+            .and_then(|cluster| cluster.relay_message(&cell.client_id, &delivery, now))
         else {
             return;
         };

@@ -71,6 +71,18 @@ fn claim(harness: &CoreHarness, client_id: &'static str) -> Answer {
     answer
 }
 
+/// A node with a peer (n2) where `client_id` resumes its session (its CONNACK waits) and
+/// another node claims it: the harness, the waiting client and the claim's answer slot.
+fn claimed_while_waiting(
+    client_id: &'static str,
+) -> (CoreHarness, TestChannel, TestChannel, Answer) {
+    let (harness, _routes) = CoreHarness::clustered();
+    let n2 = peer(&harness, "n2");
+    let client = resume(&harness, client_id);
+    let answer = claim(&harness, client_id);
+    (harness, n2, client, answer)
+}
+
 fn subscription(filter: &str) -> HandedOver {
     HandedOver {
         subscriptions: vec![(
@@ -106,11 +118,7 @@ fn connack(client: &mut TestChannel) -> (Option<bool>, bool) {
 /// empty session, and the real one, arriving after, found nothing to go into.
 #[test]
 fn a_held_claim_gets_what_the_wait_brought_in() {
-    let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
-    let mut client = resume(&harness, "mover");
-
-    let answer = claim(&harness, "mover");
+    let (harness, _n2, mut client, answer) = claimed_while_waiting("mover");
     assert!(
         answer.lock().unwrap().is_none(),
         "not answered while the session waits for its own claim"
@@ -136,10 +144,7 @@ fn a_held_claim_gets_what_the_wait_brought_in() {
 /// Nobody answers: the claim is answered when the CONNACK goes out at the deadline.
 #[test]
 fn a_held_claim_is_answered_at_the_wait_deadline() {
-    let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
-    let mut client = resume(&harness, "lonely");
-    let answer = claim(&harness, "lonely");
+    let (harness, _n2, mut client, answer) = claimed_while_waiting("lonely");
 
     harness.advance(Duration::from_millis(2_900));
     assert_eq!(connack(&mut client), (None, false));
@@ -158,10 +163,7 @@ fn a_held_claim_is_answered_at_the_wait_deadline() {
 /// and the held claim wait with it.
 #[test]
 fn an_extended_wait_holds_the_connack_and_the_claim_longer() {
-    let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
-    let mut client = resume(&harness, "patient");
-    let answer = claim(&harness, "patient");
+    let (harness, _n2, mut client, answer) = claimed_while_waiting("patient");
 
     harness
         .broker

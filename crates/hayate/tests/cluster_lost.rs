@@ -68,23 +68,26 @@ async fn resume_while_the_killed_node_restarts() -> (Cluster, bool, Duration, Ve
     let (mut moved, connack) = moving.await.unwrap();
     let waited = started.elapsed();
     publish_numbered(&mut publisher, 2 * TOTAL / 3..TOTAL, Duration::ZERO).await;
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.iter().filter(|p: &&String| p.starts_with("m-")).count() < TOTAL as usize
-        && Instant::now() < deadline
-    {
-        got.extend(payloads(
-            &drain(&mut moved, Duration::from_millis(500)).await,
-        ));
-    }
-    got.extend(payloads(
-        &drain(&mut moved, Duration::from_millis(500)).await,
-    ));
-    got.retain(|p| p != "probe");
+    let got = collect_numbered(&mut moved, TOTAL).await;
     (cluster, connack.session_present, waited, got)
 }
 
 const TOTAL: u16 = 600;
+
+/// What `client` receives (probes left out) until it has `total` numbered messages, or 20 s
+/// passed, and for half a second more (anything arriving twice comes in too).
+async fn collect_numbered(client: &mut hayate_testkit::RawClient, total: u16) -> Vec<String> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.iter().filter(|p: &&String| p.starts_with("m-")).count() < total as usize
+        && Instant::now() < deadline
+    {
+        got.extend(payloads(&drain(client, Duration::from_millis(500)).await));
+    }
+    got.extend(payloads(&drain(client, Duration::from_millis(500)).await));
+    got.retain(|p| p != "probe");
+    got
+}
 
 /// The kill soak's lost sessions (docs/CLUSTER.md, "Measured"): the client's CONNACK waits
 /// until the killed node is back and hands the session over (Session Present 1), nothing is
@@ -271,19 +274,7 @@ async fn a_claim_that_comes_while_the_session_waits_for_its_own_gets_the_whole_s
         connack.session_present,
         "the session followed the client to n3"
     );
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.iter().filter(|p: &&String| p.starts_with("m-")).count() < TOTAL as usize
-        && Instant::now() < deadline
-    {
-        got.extend(payloads(
-            &drain(&mut moved, Duration::from_millis(500)).await,
-        ));
-    }
-    got.extend(payloads(
-        &drain(&mut moved, Duration::from_millis(500)).await,
-    ));
-    got.retain(|p| p != "probe");
+    let got = collect_numbered(&mut moved, TOTAL).await;
     assert_each_once(&cluster, &got, TOTAL);
     let n2 = cluster.nodes[1].log_text();
     assert!(
