@@ -390,6 +390,8 @@ impl Mark {
 fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
     let mut buf = BytesMut::from(payload);
     let mut handed = HandedOver::default();
+    // One scope for every message of the payload.
+    let from_peer = Arc::new(hayate_core::PeerScope::default());
     while !buf.is_empty() {
         match decode(&mut buf, ProtocolVersion::V5, u32::MAX).ok()?? {
             Packet::Subscribe(subscribe) => {
@@ -402,7 +404,7 @@ fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
                     handed.subscriptions.push((filter.as_str().into(), record));
                 }
             }
-            Packet::Publish(publish) => handed.deliveries.push(delivery(publish, now)),
+            Packet::Publish(publish) => handed.deliveries.push(delivery(publish, &from_peer, now)),
             Packet::PubRec(rec) => handed.inbound_qos2.push(rec.packet_id.get()),
             Packet::PubRel(rel) => handed.released.push(rel.packet_id.get()),
             _ => return None,
@@ -411,7 +413,7 @@ fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
     Some(handed)
 }
 
-fn delivery(publish: Publish, now: Instant) -> Delivery {
+fn delivery(publish: Publish, from_peer: &Arc<hayate_core::PeerScope>, now: Instant) -> Delivery {
     let expires_at = publish
         .properties
         .message_expiry_interval
@@ -435,7 +437,7 @@ fn delivery(publish: Publish, now: Instant) -> Delivery {
     // Another node's: should the session it is for have been handed over from here in turn
     // a moment ago, it is relayed on to where the session is (`Router::relay` relays only
     // what came from another node).
-    .forwarded_by_peer(Arc::new(hayate_core::PeerScope::default()));
+    .forwarded_by_peer(from_peer.clone());
     Delivery {
         subscription_ids,
         maybe_sent: publish.dup,
