@@ -55,6 +55,9 @@ const PRESENT: &str = "present";
 const OLD: &str = "old";
 const NEW: &str = "new";
 const RELAYING_FOR: &str = "relaying_for";
+/// One per take-over whose old node still relays to the answering node for the session:
+/// `<at> <old node>` (`relay::take_over`).
+const UPSTREAM_MARK: &str = "upstream_mark";
 const NODE: &str = "node";
 
 /// Another node answered a claim of this node's (the link already took the session).
@@ -149,10 +152,21 @@ pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAn
     } else {
         None
     };
+    let upstream_marks = publish
+        .properties
+        .user_properties
+        .iter()
+        .filter(|(k, _)| k.as_str() == UPSTREAM_MARK)
+        .filter_map(|(_, v)| {
+            let (at, old) = v.as_str().split_once(' ')?;
+            Some((Arc::from(old), at.parse().ok()?))
+        })
+        .collect();
     Some(SessionAnswer {
         client_id,
         at,
         handed,
+        upstream_marks,
     })
 }
 
@@ -164,6 +178,9 @@ pub(crate) struct SessionAnswer {
     pub at: u64,
     /// The session (`None`: the sending node had none).
     pub handed: Option<HandedOver>,
+    /// The take-overs (old node, claim's `at`) whose old node still relayed to the answering
+    /// node for the session when it answered.
+    pub upstream_marks: Vec<(Arc<str>, u64)>,
 }
 
 fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
@@ -178,7 +195,14 @@ fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
 /// The `$cluster/session` message answering `claim`: the session handed over, or `None`
 /// when this node had none (the user property `present` tells them apart, as a session may be
 /// present and empty).
-pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: Instant) -> Message {
+///
+/// `upstream_marks`: see [`SessionAnswer::upstream_marks`].
+pub(crate) fn session_message(
+    claim: &Claim,
+    handed: Option<&HandedOver>,
+    upstream_marks: &[(Arc<str>, u64)],
+    now: Instant,
+) -> Message {
     let empty = HandedOver::default();
     let present = handed.is_some();
     let handed = handed.unwrap_or(&empty);
@@ -220,21 +244,25 @@ pub(crate) fn session_message(claim: &Claim, handed: Option<&HandedOver>, now: I
             &mut payload,
         );
     }
+    let mut user_properties = vec![
+        (CLIENT_ID.into(), claim.client_id.as_str().into()),
+        (PRESENT.into(), if present { "1" } else { "0" }.into()),
+        (AT.into(), claim.at.to_string().as_str().into()),
+        (
+            RELAYING_FOR.into(),
+            handed.relaying_for.join(",").as_str().into(),
+        ),
+    ];
+    for (old, at) in upstream_marks {
+        user_properties.push((UPSTREAM_MARK.into(), format!("{at} {old}").as_str().into()));
+    }
     Message::new(
         SESSION_TOPIC.into(),
         payload.freeze(),
         QoS::AtLeastOnce,
         false,
         Properties {
-            user_properties: vec![
-                (CLIENT_ID.into(), claim.client_id.as_str().into()),
-                (PRESENT.into(), if present { "1" } else { "0" }.into()),
-                (AT.into(), claim.at.to_string().as_str().into()),
-                (
-                    RELAYING_FOR.into(),
-                    handed.relaying_for.join(",").as_str().into(),
-                ),
-            ],
+            user_properties,
             ..Properties::default()
         },
         None,
@@ -467,6 +495,8 @@ pub(crate) fn answer_claim(
         hayate_core::cluster::PEER_CLIENT_PREFIX
     ));
     let upstream = ends.pending(&claim.client_id, now);
+    let upstream_marks = upstream.marks;
+    let upstream = upstream.nodes;
     tracing::debug!(client_id = %claim.client_id, %from, ?upstream, "cluster_claim_answered");
     let handed = broker.hand_over(
         &claim.client_id,
@@ -482,7 +512,7 @@ pub(crate) fn answer_claim(
     if !claim.clean_start {
         match peer {
             Some(peer) => {
-                let message = session_message(claim, handed.as_ref(), now);
+                let message = session_message(claim, handed.as_ref(), &upstream_marks, now);
                 let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
                 let mut outcome = hayate_core::router::RouteOutcome::default();
                 broker
@@ -523,10 +553,11 @@ mod tests {
             clean_start: false,
             at: 77,
         };
-        let none = decode_answer(&as_publish(&session_message(&claim, None, now)), now).unwrap();
+        let none =
+            decode_answer(&as_publish(&session_message(&claim, None, &[], now)), now).unwrap();
         assert!(none.handed.is_none());
         assert_eq!((none.client_id.as_str(), none.at), ("c", 77));
-        let empty = session_message(&claim, Some(&HandedOver::default()), now);
+        let empty = session_message(&claim, Some(&HandedOver::default()), &[], now);
         let got = decode_answer(&as_publish(&empty), now).unwrap();
         assert!(got.handed.expect("present").is_empty());
     }
@@ -628,10 +659,15 @@ mod tests {
             clean_start: false,
             at: 5,
         };
-        let message = session_message(&claim, Some(&handed), now);
+        let upstream = [
+            (Arc::from("n 1"), 1_795_000_000_000_000_001),
+            (Arc::from("n4"), 8),
+        ];
+        let message = session_message(&claim, Some(&handed), &upstream, now);
         assert_eq!(message.topic.as_str(), SESSION_TOPIC);
         let answer = decode_answer(&as_publish(&message), now).expect("decodes");
         assert_eq!(answer.client_id, "c1");
+        assert_eq!(answer.upstream_marks, upstream);
         let back = answer.handed.expect("present");
         assert_eq!(back.subscriptions.len(), 1);
         assert_eq!(&*back.subscriptions[0].0, "t/+");

@@ -162,11 +162,36 @@ pub(crate) fn take_over(
     tracing::debug!(client_id = %client_id, ?relayed_for, at = answer.at, "cluster_relay_ends_expected");
     ctx.relay_ends.expect(
         &client_id,
+        old,
         &relayed_for,
         answer.at,
         now,
         now + routes.relay_timeout(),
     );
+    // The node the session came from may itself still relay to it from the node before
+    // (relays in a chain): that node goes on relaying this node's copies until this node's
+    // mark for that take-over reaches it, and what this node routes from now on reaches the
+    // session here directly. Marked here, behind what this node routed there before the
+    // take-over, rather than when the old node's own post of that mark reaches this node's
+    // link (later, maybe: a copy routed between the two arrived twice).
+    for (upstream_old, upstream_at) in &answer.upstream_marks {
+        if upstream_old == self_name {
+            continue;
+        }
+        let mark = Mark {
+            client_id: client_id.clone(),
+            old: upstream_old.clone(),
+            new: old.clone(),
+            at: *upstream_at,
+        };
+        queue_mark(broker, &mark, now, wake);
+        let to: Vec<Arc<str>> = others
+            .iter()
+            .filter(|node| *node != upstream_old)
+            .cloned()
+            .collect();
+        ctx.marks.post(&mark, &to, now);
+    }
     let mark = Mark {
         client_id,
         old: old.clone(),
@@ -174,7 +199,7 @@ pub(crate) fn take_over(
         at: answer.at,
     };
     queue_mark(broker, &mark, now, wake);
-    tracing::debug!(client_id = %mark.client_id, ?others, at = mark.at, "cluster_marks_posted");
+    tracing::debug!(client_id = %mark.client_id, ?others, at = mark.at, upstream = ?answer.upstream_marks, "cluster_marks_posted");
     ctx.marks.post(&mark, &others, now);
 }
 
@@ -310,8 +335,8 @@ pub(crate) fn on_mark(
 #[derive(Debug)]
 pub(crate) struct RelayEnds {
     /// (client id, node X, claim's `at`) → whether the end arrived, and until when the entry
-    /// is kept.
-    waiting: Mutex<HashMap<EndKey, (bool, Instant)>>,
+    /// is kept, and the old node that relays.
+    waiting: Mutex<HashMap<EndKey, Expected>>,
     changed: watch::Sender<u64>,
     /// How long a link from node X holds what X sends once X's mark came back, waiting for
     /// the old node's end (`[cluster] relay_order_hold_ms`). Past it, X's copies go on (and
@@ -322,6 +347,26 @@ pub(crate) struct RelayEnds {
 /// Client id, node, claim's `at`.
 type EndKey = (Arc<str>, Arc<str>, u64);
 
+/// One end expected (see [`RelayEnds`]).
+#[derive(Debug)]
+struct Expected {
+    /// The end arrived.
+    done: bool,
+    /// Kept until then.
+    keep: Instant,
+    /// The node that relays (the session's old node).
+    old: Arc<str>,
+}
+
+/// What the node a session came from still relays to this node for it, when the session is
+/// handed on from here: the nodes whose ends have not arrived, and the take-overs
+/// (old node, claim's `at`) they belong to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Upstream {
+    pub nodes: Vec<Arc<str>>,
+    pub marks: Vec<(Arc<str>, u64)>,
+}
+
 impl RelayEnds {
     pub(crate) fn new(hold: Duration) -> RelayEnds {
         RelayEnds {
@@ -331,33 +376,38 @@ impl RelayEnds {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndKey, (bool, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndKey, Expected>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The old node relays `nodes`' copies for `client_id` (take-over `at`) until `until`;
-    /// entries past their time are dropped.
+    /// The old node `old` relays `nodes`' copies for `client_id` (take-over `at`) until
+    /// `until`; entries past their time are dropped.
     fn expect(
         &self,
         client_id: &Arc<str>,
+        old: &Arc<str>,
         nodes: &[Arc<str>],
         at: u64,
         now: Instant,
         until: Instant,
     ) {
         let mut waiting = self.lock();
-        waiting.retain(|_, (_, keep)| *keep > now);
+        waiting.retain(|_, expected| expected.keep > now);
         for node in nodes {
             waiting
                 .entry((client_id.clone(), node.clone(), at))
-                .or_insert((false, until));
+                .or_insert_with(|| Expected {
+                    done: false,
+                    keep: until,
+                    old: old.clone(),
+                });
         }
     }
 
     /// The old node's end of relaying `node`'s copies arrived.
     pub(crate) fn ended(&self, client_id: Arc<str>, node: Arc<str>, at: u64) {
-        if let Some((done, _)) = self.lock().get_mut(&(client_id, node, at)) {
-            *done = true;
+        if let Some(expected) = self.lock().get_mut(&(client_id, node, at)) {
+            expected.done = true;
             self.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
@@ -367,9 +417,9 @@ impl RelayEnds {
     pub(crate) fn must_hold(&self, client_id: &Arc<str>, node: &Arc<str>, at: u64) -> bool {
         let key = (client_id.clone(), node.clone(), at);
         let mut waiting = self.lock();
-        match waiting.get(&key) {
-            Some((false, _)) => !self.hold.is_zero(),
-            Some((true, _)) => {
+        match waiting.get(&key).map(|expected| expected.done) {
+            Some(false) => !self.hold.is_zero(),
+            Some(true) => {
                 waiting.remove(&key);
                 false
             }
@@ -377,19 +427,23 @@ impl RelayEnds {
         }
     }
 
-    /// The nodes whose copies for `client_id` the node it came from still relays here (their
-    /// ends not arrived, not past their time): a handover of the session from here waits for
-    /// them too (`Relaying::upstream` in `hayate-core`).
-    pub(crate) fn pending(&self, client_id: &str, now: Instant) -> Vec<Arc<str>> {
-        let mut nodes: Vec<Arc<str>> = self
-            .lock()
-            .iter()
-            .filter(|((client, _, _), (done, keep))| &**client == client_id && !done && *keep > now)
-            .map(|((_, node, _), _)| node.clone())
-            .collect();
-        nodes.sort();
-        nodes.dedup();
-        nodes
+    /// What the node `client_id`'s session came from still relays here for it (ends not
+    /// arrived, not past their time): a handover of the session from here waits for those
+    /// nodes' ends too (`Relaying::upstream` in `hayate-core`), and the node it goes to marks
+    /// those take-overs on the old node itself ([`take_over`]).
+    pub(crate) fn pending(&self, client_id: &str, now: Instant) -> Upstream {
+        let mut upstream = Upstream::default();
+        for ((client, node, at), expected) in self.lock().iter() {
+            if &**client == client_id && !expected.done && expected.keep > now {
+                upstream.nodes.push(node.clone());
+                upstream.marks.push((expected.old.clone(), *at));
+            }
+        }
+        upstream.nodes.sort();
+        upstream.nodes.dedup();
+        upstream.marks.sort();
+        upstream.marks.dedup();
+        upstream
     }
 
     /// Wakes a held link when an end arrives.
