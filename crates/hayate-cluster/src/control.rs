@@ -59,6 +59,10 @@ const RELAYING_FOR: &str = "relaying_for";
 /// `<at> <old node>` (`relay::take_over`).
 const UPSTREAM_MARK: &str = "upstream_mark";
 const NODE: &str = "node";
+/// On an answer or relayed copy passed on (`crate::late`): how many times.
+const HOPS: &str = "hops";
+/// On an answer passed on: the node that answered the claim.
+const ORIGIN: &str = "origin";
 
 /// Another node answered a claim of this node's (the link already took the session).
 #[derive(Debug)]
@@ -167,7 +171,36 @@ pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAn
         at,
         handed,
         upstream_marks,
+        origin: user_property(publish, ORIGIN).map(Arc::from),
+        hops: hops(publish),
     })
+}
+
+/// How many times a `$cluster/session` or `$cluster/relay` was passed on (`crate::late`).
+pub(crate) fn hops(publish: &Publish) -> u8 {
+    user_property(publish, HOPS)
+        .and_then(|hops| hops.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A `$cluster/relay` as it came, passed on once more (`crate::late`).
+pub(crate) fn relay_passed_on(publish: &Publish, hops: u8) -> Message {
+    let mut properties = publish.properties.clone();
+    properties
+        .user_properties
+        .retain(|(k, _)| k.as_str() != HOPS);
+    properties
+        .user_properties
+        .push((HOPS.into(), hops.to_string().as_str().into()));
+    Message::new(
+        publish.topic.clone(),
+        publish.payload.clone(),
+        QoS::AtLeastOnce,
+        false,
+        properties,
+        None,
+        None,
+    )
 }
 
 /// A decoded `$cluster/session`.
@@ -181,6 +214,20 @@ pub(crate) struct SessionAnswer {
     /// The take-overs (old node, claim's `at`) whose old node still relayed to the answering
     /// node for the session when it answered.
     pub upstream_marks: Vec<(Arc<str>, u64)>,
+    /// Passed on (`crate::late`): the node that answered the claim (the sending node passed
+    /// it on); `at` is that claim's.
+    pub origin: Option<Arc<str>>,
+    /// How many times it was passed on.
+    pub hops: u8,
+}
+
+/// An answer passed on (`crate::late`).
+#[derive(Debug)]
+pub(crate) struct Forwarded<'a> {
+    /// The node that answered the claim.
+    pub origin: &'a str,
+    /// Passed on this many times, this one included.
+    pub hops: u8,
 }
 
 fn user_property<'a>(publish: &'a Publish, key: &str) -> Option<&'a str> {
@@ -201,6 +248,26 @@ pub(crate) fn session_message(
     claim: &Claim,
     handed: Option<&HandedOver>,
     upstream_marks: &[(Arc<str>, u64)],
+    now: Instant,
+) -> Message {
+    answer_message(
+        &claim.client_id,
+        claim.at,
+        handed,
+        upstream_marks,
+        None,
+        now,
+    )
+}
+
+/// A `$cluster/session` for `client_id`'s claim made `at` ([`session_message`]); `forwarded`:
+/// another node's answer, passed on (`crate::late`).
+pub(crate) fn answer_message(
+    client_id: &str,
+    at: u64,
+    handed: Option<&HandedOver>,
+    upstream_marks: &[(Arc<str>, u64)],
+    forwarded: Option<&Forwarded<'_>>,
     now: Instant,
 ) -> Message {
     let empty = HandedOver::default();
@@ -245,9 +312,9 @@ pub(crate) fn session_message(
         );
     }
     let mut user_properties = vec![
-        (CLIENT_ID.into(), claim.client_id.as_str().into()),
+        (CLIENT_ID.into(), client_id.into()),
         (PRESENT.into(), if present { "1" } else { "0" }.into()),
-        (AT.into(), claim.at.to_string().as_str().into()),
+        (AT.into(), at.to_string().as_str().into()),
         (
             RELAYING_FOR.into(),
             handed.relaying_for.join(",").as_str().into(),
@@ -255,6 +322,10 @@ pub(crate) fn session_message(
     ];
     for (old, at) in upstream_marks {
         user_properties.push((UPSTREAM_MARK.into(), format!("{at} {old}").as_str().into()));
+    }
+    if let Some(forwarded) = forwarded {
+        user_properties.push((ORIGIN.into(), forwarded.origin.into()));
+        user_properties.push((HOPS.into(), forwarded.hops.to_string().as_str().into()));
     }
     Message::new(
         SESSION_TOPIC.into(),
@@ -477,15 +548,15 @@ fn delivery(publish: Publish, from_peer: &Arc<hayate_core::PeerScope>, now: Inst
 /// and hands over the client's session here, and queues the answer in `from`'s peer session
 /// here (even without a session: `from`'s CONNACK waits for it).
 ///
-/// `ends`: what the node the session came from still relays here for it; a session handed on
-/// relays until that has arrived too.
+/// `ctx.relay_ends`: what the node the session came from still relays here for it; a session
+/// handed on relays until that has arrived too.
 pub(crate) fn answer_claim(
-    broker: &hayate_core::Broker,
-    ends: &crate::relay::RelayEnds,
-    from: &str,
+    ctx: &crate::link::LinkContext,
+    from: &Arc<str>,
     claim: &Claim,
     now: Instant,
 ) {
+    let (broker, ends) = (&ctx.broker, &ctx.relay_ends);
     let mut wake = hayate_core::WakeList::new();
     // The session leaves, its relay starts, the claimant's peer session takes its filters and
     // the answer is queued ahead of anything relayed: one step for this node's routing.
@@ -510,6 +581,12 @@ pub(crate) fn answer_claim(
         &mut wake,
     );
     if !claim.clean_start {
+        if handed.is_some() {
+            // An answer to a claim this node made for the session that comes late goes on
+            // there (`crate::late`).
+            ctx.late
+                .record(&claim.client_id, from, now, now + ctx.grace);
+        }
         match peer {
             Some(peer) => {
                 let message = session_message(claim, handed.as_ref(), &upstream_marks, now);

@@ -17,6 +17,7 @@ pub mod status;
 
 mod client;
 mod control;
+mod late;
 mod link;
 mod node;
 mod relay;

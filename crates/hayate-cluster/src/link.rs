@@ -65,6 +65,9 @@ pub(crate) struct LinkContext {
     pub marks: Arc<crate::relay::MarkBoard>,
     /// The ends of relaying that sessions taken over here wait for (`crate::relay`).
     pub relay_ends: Arc<crate::relay::RelayEnds>,
+    /// Where sessions handed over from here went, and the answers handled here
+    /// (`crate::late`).
+    pub late: Arc<crate::late::LateAnswers>,
     /// The node is shutting down: claims wait for its restart (see `Link::on_control`).
     pub shutdown: watch::Receiver<bool>,
 }
@@ -637,17 +640,34 @@ impl Link {
                     // other node forwarded for the client after the handover find its
                     // subscriptions in place.
                     let client_id = answer.client_id.clone();
-                    let mut wake = hayate_core::WakeList::new();
-                    crate::relay::take_over(&self.ctx, &self.peer, answer, now, &mut wake);
-                    for doorbell in wake {
-                        doorbell.notify_one();
+                    let passed_on = answer.origin.is_some();
+                    let origin = answer.origin.clone().unwrap_or_else(|| self.peer.clone());
+                    let first = self.ctx.late.first(
+                        &client_id,
+                        &origin,
+                        answer.at,
+                        now,
+                        now + self.ctx.grace,
+                    );
+                    if first {
+                        let mut wake = hayate_core::WakeList::new();
+                        crate::relay::take_over(&self.ctx, &self.peer, answer, now, &mut wake);
+                        for doorbell in wake {
+                            doorbell.notify_one();
+                        }
+                    } else {
+                        // Came again (the link dropped before it was acknowledged).
+                        tracing::info!(peer = %self.peer, %client_id, %origin, "cluster_session_answer_again");
                     }
-                    let answer = Answer {
-                        from: self.peer.clone(),
-                        client_id,
-                    };
-                    if self.ctx.answers.try_send(answer).is_err() {
-                        tracing::warn!(peer = %self.peer, "cluster_answer_dropped");
+                    // Passed on, it answers no claim of this node's.
+                    if !passed_on {
+                        let answer = Answer {
+                            from: self.peer.clone(),
+                            client_id,
+                        };
+                        if self.ctx.answers.try_send(answer).is_err() {
+                            tracing::warn!(peer = %self.peer, "cluster_answer_dropped");
+                        }
                     }
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_session_undecodable"),
@@ -656,9 +676,16 @@ impl Link {
             match decode_relay(&publish, now) {
                 Some((client_id, deliveries)) => {
                     let mut wake = hayate_core::WakeList::new();
-                    self.ctx
-                        .broker
-                        .deliver_relayed(&client_id, deliveries, now, &mut wake);
+                    let gone = !self.ctx.broker.has_relay_target(&client_id);
+                    if !(gone
+                        && crate::late::pass_on_relay(
+                            &self.ctx, &client_id, &publish, now, &mut wake,
+                        ))
+                    {
+                        self.ctx
+                            .broker
+                            .deliver_relayed(&client_id, deliveries, now, &mut wake);
+                    }
                     for doorbell in wake {
                         doorbell.notify_one();
                     }
@@ -700,25 +727,18 @@ impl Link {
                 return Ok(());
             }
             match Claim::from_publish(&publish) {
-                Some(claim) if claim.clean_start => answer_claim(
-                    &self.ctx.broker,
-                    &self.ctx.relay_ends,
-                    &self.peer,
-                    &claim,
-                    now,
-                ),
+                Some(claim) if claim.clean_start => {
+                    answer_claim(&self.ctx, &self.peer, &claim, now)
+                }
                 Some(claim) => {
                     // The part of the session's queue on disk only is read back first (it
                     // goes with the session); the answer follows when it is in memory.
-                    let broker = self.ctx.broker.clone();
-                    let ends = self.ctx.relay_ends.clone();
+                    let ctx = self.ctx.clone();
                     let peer = self.peer.clone();
                     let client_id = claim.client_id.clone();
                     self.ctx.broker.prepare_hand_over(
                         &client_id,
-                        Box::new(move || {
-                            answer_claim(&broker, &ends, &peer, &claim, Instant::now())
-                        }),
+                        Box::new(move || answer_claim(&ctx, &peer, &claim, Instant::now())),
                     );
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_claim_malformed"),

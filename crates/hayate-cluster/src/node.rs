@@ -249,6 +249,7 @@ pub async fn start(
             relay_ends: Arc::new(crate::relay::RelayEnds::new(Duration::from_millis(
                 config.relay_order_hold_ms,
             ))),
+            late: Arc::new(crate::late::LateAnswers::default()),
             shutdown: shutdown.clone(),
             broker,
             routes,

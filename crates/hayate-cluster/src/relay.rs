@@ -100,17 +100,37 @@ impl MarkBoard {
 pub(crate) fn take_over(
     ctx: &LinkContext,
     old: &Arc<str>,
-    answer: SessionAnswer,
+    mut answer: SessionAnswer,
     now: Instant,
     wake: &mut WakeList,
 ) {
     let (broker, routes, self_name) = (&ctx.broker, &ctx.routes, &ctx.self_name);
+    let Some(mut handed) = answer.handed.take() else {
+        if answer.origin.is_none() {
+            routes.fence_answered(&answer.client_id, old);
+            ctx.marks.take_fenced(&answer.client_id, answer.at);
+        }
+        return;
+    };
+    if !broker.has_client_session(&answer.client_id) {
+        // This node handed the session on meanwhile (or it ended here).
+        crate::late::pass_on(ctx, old, &answer, handed, now, wake);
+        return;
+    }
+    // Passed on (`crate::late`): the node that answered relays to the node that passed it on
+    // (which passes the copies on here), and the marks that end that relay come from here as
+    // if this node had claimed the session from it. The ends of relaying go to the node that
+    // passed the answer on, not here: none is expected (`RelayEnds`).
+    let passed_on = answer.origin.is_some();
+    let origin = answer.origin.clone();
+    let old = origin.as_ref().unwrap_or(old);
     // A node the claim found away that answers before the client's first SUBSCRIBE (back
     // within `lost_node_wait_secs`) hands over as any other: no fence for it.
-    routes.fence_answered(&answer.client_id, old);
-    let fenced = ctx.marks.take_fenced(&answer.client_id, answer.at);
-    let Some(mut handed) = answer.handed else {
-        return;
+    let fenced = if passed_on {
+        false
+    } else {
+        routes.fence_answered(&answer.client_id, old);
+        ctx.marks.take_fenced(&answer.client_id, answer.at)
     };
     let relaying_for = std::mem::take(&mut handed.relaying_for);
     let client_id: Arc<str> = Arc::from(answer.client_id.as_str());
@@ -157,9 +177,9 @@ pub(crate) fn take_over(
     // be held back.
     let relayed_for: Vec<Arc<str>> = relaying_for
         .into_iter()
-        .filter(|node| node != self_name && node != old)
+        .filter(|node| !passed_on && node != self_name && node != old)
         .collect();
-    tracing::debug!(client_id = %client_id, ?relayed_for, at = answer.at, "cluster_relay_ends_expected");
+    tracing::debug!(client_id = %client_id, ?relayed_for, at = answer.at, passed_on, "cluster_relay_ends_expected");
     ctx.relay_ends.expect(
         &client_id,
         old,

@@ -399,6 +399,23 @@ impl Broker {
         self.end_session(cell, now, wake);
     }
 
+    /// Whether `client_id` has a client session here.
+    pub fn has_client_session(&self, client_id: &str) -> bool {
+        self.registry
+            .get(client_id)
+            .is_some_and(|cell| cell.kind == SessionKind::Client)
+    }
+
+    /// Whether copies relayed to this node for `client_id` find a session here
+    /// ([`Broker::deliver_relayed`]): the client's, or one that was handed on and relays.
+    pub fn has_relay_target(&self, client_id: &str) -> bool {
+        self.has_client_session(client_id)
+            || self
+                .router
+                .cluster()
+                .is_some_and(|cluster| cluster.relaying(client_id).is_some())
+    }
+
     /// Deliveries another node relayed for `client_id`'s session, which it handed over here
     /// (`Handover::Relaying` there): queued in the session as they are (the other node
     /// matched them against the session's subscriptions), or relayed on when this node handed

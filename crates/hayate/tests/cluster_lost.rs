@@ -282,3 +282,85 @@ async fn a_claim_that_comes_while_the_session_waits_for_its_own_gets_the_whole_s
         "n2 held n3's claim while it waited:\n{n2}"
     );
 }
+
+/// A late answer goes on to where the session went (docs/CLUSTER.md, "A late answer goes on
+/// to where the session went"): the client's node n2 is killed; the client resumes on n1,
+/// which does not wait for n2 (`lost_node_wait_secs = 0`) and gives it a new session, and
+/// leaves before subscribing; it connects to n3, which takes n1's session (Session Present
+/// 1). n2 comes back while n3 is frozen, so it answers n1's claim first, with the real session
+/// and what n1 queued for it meanwhile; n1 no longer has the session and passes the answer on
+/// to n3. Before, n1 dropped it (`cluster_session_answer_dropped`) and the client on n3 got
+/// nothing of the first half.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answer_goes_on_to_where_the_session_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = no_wait_config(dir.path());
+    let mut cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
+    let connect_as = |mqtt| connect_persistent(mqtt, "late-sub");
+    let (mut sub, _) = connect_as(cluster.nodes[1].mqtt).await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = cluster.nodes[0].client("late-pub", true).await;
+    await_route(&mut publisher, &mut sub, "roll/probe").await;
+
+    cluster.nodes[1].kill();
+    drop(sub);
+    // Queued for n2 on n1 while it is dead.
+    publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
+    let (first, connack) = connect_as(cluster.nodes[0].mqtt).await;
+    assert!(!connack.session_present, "n1 did not wait for dead n2");
+    // Gone before it subscribed.
+    drop(first);
+    let (mut moved, connack) = connect_as(cluster.nodes[2].mqtt).await;
+    assert!(connack.session_present, "n3 took n1's session");
+    cluster.nodes[2].freeze();
+    cluster.nodes[1].restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // n2's answer reaches n1 (passed on, or dropped).
+    while ![
+        "cluster_session_answer_passed_on",
+        "cluster_session_answer_dropped",
+    ]
+    .iter()
+    .any(|line| cluster.nodes[0].log_text().contains(line))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "n2's answer never reached n1:\nn1:\n{}\nn2:\n{}",
+            cluster.nodes[0].log_text(),
+            cluster.nodes[1].log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.nodes[2].thaw();
+    // The merged session's route reaches n1 (what it brought comes meanwhile, kept).
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        publisher
+            .publish("roll/probe", b"probe", QoS::AtMostOnce, false, 0)
+            .await;
+        let batch = payloads(&drain(&mut moved, Duration::from_millis(300)).await);
+        let routed = batch.iter().any(|p| p == "probe");
+        got.extend(batch);
+        if routed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session's route never reached n1; n1:\n{}",
+            cluster.nodes[0].log_text()
+        );
+    }
+    got.retain(|p| p != "probe");
+    publish_numbered(&mut publisher, TOTAL / 2..TOTAL, Duration::ZERO).await;
+    let numbered = got.iter().filter(|p| p.starts_with("m-")).count() as u16;
+    got.extend(collect_numbered(&mut moved, TOTAL - numbered.min(TOTAL)).await);
+    assert!(
+        cluster.nodes[0]
+            .log_text()
+            .contains("cluster_session_answer_passed_on"),
+        "n1 passed n2's answer on:\n{}",
+        cluster.nodes[0].log_text()
+    );
+    assert_each_once(&cluster, &got, TOTAL);
+}
