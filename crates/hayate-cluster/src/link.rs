@@ -642,13 +642,16 @@ impl Link {
                     let client_id = answer.client_id.clone();
                     let passed_on = answer.origin.is_some();
                     let origin = answer.origin.clone().unwrap_or_else(|| self.peer.clone());
-                    let first = self.ctx.late.first(
-                        &client_id,
-                        &origin,
-                        answer.at,
-                        now,
-                        now + self.ctx.grace,
-                    );
+                    // (An answer without its claim's `at`, from an older node, cannot be told
+                    // from another.)
+                    let first = answer.at == 0
+                        || self.ctx.late.first(
+                            &client_id,
+                            &origin,
+                            answer.at,
+                            now,
+                            now + self.ctx.grace,
+                        );
                     if first {
                         let mut wake = hayate_core::WakeList::new();
                         crate::relay::take_over(&self.ctx, &self.peer, answer, now, &mut wake);
