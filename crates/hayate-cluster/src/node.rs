@@ -305,12 +305,31 @@ const RELINK_POLL: Duration = Duration::from_millis(250);
 /// is live again and its link from here is down, and for `ANSWER_TIMEOUT` once that link is
 /// up: the node may have answered already, into its session for this node, which only that
 /// link brings here (the kill soak of 2026-11-29 lost a session to an answer that came 0.4 s
-/// after the timeout). Never past `claim.cap`. `None`: the wait is over.
+/// after the timeout). Never past `claim.cap`.
+///
+/// And while such a node (with a store) is still dead, less than `lost_wait` after it went
+/// away: killed as the claim reached it, before gossip saw it dead, it was asked like a live
+/// node, and it may hold the session with the client's QoS 2 packet ids; the claim waits for
+/// it as for a node found away at the claim (the 20-minute kill soak of `aa7f2b4`: a
+/// publisher whose node was killed as it published got its CONNACK elsewhere before that
+/// node was back, and its resent QoS 2 PUBLISH was routed a second time, 3 times in 43
+/// kills). The cap moves with it. `None`: the wait is over.
 fn relink_wait(
     claim: &mut PendingClaim,
     peers: &HashMap<Arc<str>, Peer>,
+    lost_wait: Duration,
     now: Instant,
 ) -> Option<Instant> {
+    for name in &claim.was_away {
+        let Some(peer) = peers.get(name) else {
+            continue;
+        };
+        if let (Some(dead_since), true) = (peer.dead_since, claim.waiting.contains(name)) {
+            if peer.durable && !peer.stopping {
+                claim.cap = claim.cap.max(dead_since + lost_wait + 2 * ANSWER_TIMEOUT);
+            }
+        }
+    }
     if now >= claim.cap {
         return None;
     }
@@ -322,7 +341,13 @@ fn relink_wait(
         let Some(peer) = peers.get(name) else {
             continue;
         };
-        if peer.dead_since.is_some() {
+        if let Some(dead_since) = peer.dead_since {
+            let lost_until = dead_since + lost_wait;
+            if !peer.durable || peer.stopping || now >= lost_until {
+                continue;
+            }
+            let next = (now + RELINK_POLL).min(lost_until);
+            until = Some(until.map_or(next, |u| u.max(next)));
             continue;
         }
         let next = if !peer.stats.link_up.load(Ordering::Relaxed) {
@@ -656,7 +681,7 @@ impl Node {
             .collect();
         for client_id in expired {
             if let Some(claim) = self.pending.get_mut(&client_id) {
-                if let Some(until) = relink_wait(claim, &self.peers, now) {
+                if let Some(until) = relink_wait(claim, &self.peers, self.lost_wait, now) {
                     if claim.deadline < until {
                         tracing::info!(%client_id, waiting = ?claim.waiting, "cluster_handover_waits_for_relink");
                     }

@@ -54,8 +54,8 @@ fn a_message_that_arrived_before_the_subscribe_is_not_delivered() {
     publisher
         .publish("order/x", b"early", QoS::AtMostOnce)
         .expect("publish");
-    // 1 ms later: beyond the 200 µs by which two sockets' stamps may be out of order.
-    subscriber.arriving_at(at(1_001_000));
+    // 10 ms later: beyond the 5 ms by which two sockets' stamps may be out of order.
+    subscriber.arriving_at(at(10_001_000));
     assert_eq!(subscriber.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert!(subscriber.received_publishes().is_empty());
 }
@@ -69,8 +69,8 @@ fn a_message_stamped_within_the_slack_before_the_subscribe_is_caught_up() {
     publisher
         .publish("order/x", b"same moment", QoS::AtMostOnce)
         .expect("publish");
-    // 100 µs later: the stamps of two sockets can be this far out of order (arrival.rs).
-    subscriber.arriving_at(at(101_000));
+    // 3 ms later: the stamps of two sockets can be this far out of order (arrival.rs).
+    subscriber.arriving_at(at(3_001_000));
     assert_eq!(subscriber.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert_eq!(subscriber.received_publishes().len(), 1);
 }
