@@ -22,6 +22,7 @@ mod link;
 mod node;
 mod relay;
 mod tls;
+mod wait;
 
 pub use config::{ClusterConfig, ClusterConfigError, LinkTlsFiles};
 pub use node::{attach, start, wait_settled, ClusterHandle, LeaveSwitch};

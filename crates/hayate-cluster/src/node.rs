@@ -4,6 +4,7 @@
 use crate::control::{Answer, Claim};
 use crate::link::{Link, LinkContext};
 use crate::status::{NodeStatus, Status, STATUS_TOPIC};
+use crate::wait::{relink_wait, PeerState, PendingClaim, ANSWER_TIMEOUT};
 use crate::{ClusterConfig, ClusterError, NodeStats};
 use chitchat::transport::UdpTransport;
 use chitchat::{
@@ -14,7 +15,7 @@ use hayate_core::cluster::{
     ClusterEvent, ClusterRoutes, Fence, INGRESS_CLIENT_PREFIX, PEER_CLIENT_PREFIX,
 };
 use hayate_core::router::RouteOutcome;
-use hayate_core::{Arrival, Broker, Delivery, WakeList};
+use hayate_core::{Broker, Delivery, WakeList};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -40,9 +41,6 @@ const ANSWERS_CAPACITY: usize = 4_096;
 /// How long a node shutting down waits at most for its sessions handed over a moment ago to
 /// finish relaying.
 const RELAY_AT_EXIT: Duration = Duration::from_secs(5);
-/// How long a claim waits for answers before its CONNACK goes out anyway (the channel's own
-/// limit is a little longer).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The nodes this one had sessions with before a restart: the names in its stored
 /// `$cluster/in/N` and `$cluster/N` sessions (none without a store).
@@ -93,6 +91,18 @@ struct Peer {
     /// It keeps its sessions in a store (`durable` in its gossip state): a client resuming a
     /// session here waits for its return when it stopped, or for a while when it was lost.
     durable: bool,
+}
+
+impl Peer {
+    /// What a claim's wait needs to know of it.
+    fn state(&self) -> PeerState {
+        PeerState {
+            dead_since: self.dead_since,
+            stopping: self.stopping,
+            durable: self.durable,
+            link_up: self.stats.link_up.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The running cluster side of a node.
@@ -277,91 +287,6 @@ pub async fn start(
         settled,
         tls: tls.map(crate::tls::LinkTlsReload),
     })
-}
-
-/// A resumed session's claim whose CONNACK waits for the other nodes' answers.
-struct PendingClaim {
-    /// The nodes still to answer.
-    waiting: Vec<Arc<str>>,
-    /// When the CONNACK goes out without them.
-    deadline: Instant,
-    /// When the client's CONNECT arrived (the claim's `at`).
-    at: Arrival,
-    /// The latest `deadline` may move to while a node it waits for reconnects
-    /// ([`relink_wait`]).
-    cap: Instant,
-    /// The nodes it waits for that were seen dead since the claim (or at it).
-    was_away: Vec<Arc<str>>,
-    /// Those of them whose link came up again while it waited, and were given
-    /// `ANSWER_TIMEOUT` from then.
-    relinked: Vec<Arc<str>>,
-}
-
-/// How often a claim past its deadline looks again whether a node it waits for, back, has
-/// its link up.
-const RELINK_POLL: Duration = Duration::from_millis(250);
-
-/// A claim past its deadline waits on while a node it waits for, seen dead since the claim,
-/// is live again and its link from here is down, and for `ANSWER_TIMEOUT` once that link is
-/// up: the node may have answered already, into its session for this node, which only that
-/// link brings here (the kill soak of 2026-11-29 lost a session to an answer that came 0.4 s
-/// after the timeout). Never past `claim.cap`.
-///
-/// And while such a node (with a store) is still dead, less than `lost_wait` after it went
-/// away: killed as the claim reached it, before gossip saw it dead, it was asked like a live
-/// node, and it may hold the session with the client's QoS 2 packet ids; the claim waits for
-/// it as for a node found away at the claim (the 20-minute kill soak of `aa7f2b4`: a
-/// publisher whose node was killed as it published got its CONNACK elsewhere before that
-/// node was back, and its resent QoS 2 PUBLISH was routed a second time, 3 times in 43
-/// kills). The cap moves with it. `None`: the wait is over.
-fn relink_wait(
-    claim: &mut PendingClaim,
-    peers: &HashMap<Arc<str>, Peer>,
-    lost_wait: Duration,
-    now: Instant,
-) -> Option<Instant> {
-    for name in &claim.was_away {
-        let Some(peer) = peers.get(name) else {
-            continue;
-        };
-        if let (Some(dead_since), true) = (peer.dead_since, claim.waiting.contains(name)) {
-            if peer.durable && !peer.stopping {
-                claim.cap = claim.cap.max(dead_since + lost_wait + 2 * ANSWER_TIMEOUT);
-            }
-        }
-    }
-    if now >= claim.cap {
-        return None;
-    }
-    let mut until: Option<Instant> = None;
-    for name in &claim.was_away {
-        if !claim.waiting.contains(name) {
-            continue;
-        }
-        let Some(peer) = peers.get(name) else {
-            continue;
-        };
-        if let Some(dead_since) = peer.dead_since {
-            let lost_until = dead_since + lost_wait;
-            if !peer.durable || peer.stopping || now >= lost_until {
-                continue;
-            }
-            let next = (now + RELINK_POLL).min(lost_until);
-            until = Some(until.map_or(next, |u| u.max(next)));
-            continue;
-        }
-        let next = if !peer.stats.link_up.load(Ordering::Relaxed) {
-            claim.relinked.retain(|n| n != name);
-            now + RELINK_POLL
-        } else if !claim.relinked.contains(name) {
-            claim.relinked.push(name.clone());
-            now + ANSWER_TIMEOUT
-        } else {
-            continue;
-        };
-        until = Some(until.map_or(next, |u| u.max(next)));
-    }
-    until.map(|until| until.min(claim.cap))
 }
 
 struct Node {
@@ -681,7 +606,9 @@ impl Node {
             .collect();
         for client_id in expired {
             if let Some(claim) = self.pending.get_mut(&client_id) {
-                if let Some(until) = relink_wait(claim, &self.peers, self.lost_wait, now) {
+                let peers = &self.peers;
+                let state = |name: &str| peers.get(name).map(Peer::state);
+                if let Some(until) = relink_wait(claim, state, self.lost_wait, now) {
                     if claim.deadline < until {
                         tracing::info!(%client_id, waiting = ?claim.waiting, "cluster_handover_waits_for_relink");
                     }
