@@ -544,6 +544,23 @@ fn delivery(publish: Publish, from_peer: &Arc<hayate_core::PeerScope>, now: Inst
     }
 }
 
+/// Queues a control message in another node's peer session `peer` here, behind what is
+/// already queued for that node.
+pub(crate) fn queue_for_node(
+    broker: &hayate_core::Broker,
+    peer: &Arc<hayate_core::registry::SessionCell>,
+    message: Message,
+    qos: QoS,
+    now: Instant,
+    wake: &mut hayate_core::WakeList,
+) {
+    let delivery = Delivery::new(Arc::new(message), qos, false);
+    let mut outcome = hayate_core::router::RouteOutcome::default();
+    broker
+        .router
+        .deliver(peer, delivery, now, wake, &mut outcome);
+}
+
 /// Answers `claim` from node `from` (it came down this node's link from `from`): disconnects
 /// and hands over the client's session here, and queues the answer in `from`'s peer session
 /// here (even without a session: `from`'s CONNACK waits for it).
@@ -590,11 +607,7 @@ pub(crate) fn answer_claim(
         match peer {
             Some(peer) => {
                 let message = session_message(claim, handed.as_ref(), &upstream_marks, now);
-                let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
-                let mut outcome = hayate_core::router::RouteOutcome::default();
-                broker
-                    .router
-                    .deliver(&peer, delivery, now, &mut wake, &mut outcome);
+                queue_for_node(broker, &peer, message, QoS::AtLeastOnce, now, &mut wake);
             }
             None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
         }

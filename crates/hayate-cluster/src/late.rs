@@ -10,14 +10,13 @@
 //! before the acknowledgement: [`LateAnswers::first`] keeps one from being merged (or passed
 //! on) twice.
 
-use crate::control::{answer_message, SessionAnswer};
+use crate::control::{answer_message, queue_for_node, SessionAnswer};
 use crate::link::LinkContext;
 use hayate_codec::{Publish, QoS};
 use hayate_core::cluster::PEER_CLIENT_PREFIX;
 use hayate_core::handoff::HandedOver;
 use hayate_core::registry::SessionCell;
-use hayate_core::router::RouteOutcome;
-use hayate_core::{Delivery, Message, WakeList};
+use hayate_core::WakeList;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -135,20 +134,6 @@ fn destination(
     Some((node, peer))
 }
 
-fn queue(
-    ctx: &LinkContext,
-    peer: &Arc<SessionCell>,
-    message: Message,
-    now: Instant,
-    wake: &mut WakeList,
-) {
-    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
-    let mut outcome = RouteOutcome::default();
-    ctx.broker
-        .router
-        .deliver(peer, delivery, now, wake, &mut outcome);
-}
-
 /// The session in `answer` (`handed`), which `from` handed over to this node for a client
 /// that has no session here any more: queued, as a forwarded `$cluster/session` (one hop
 /// more, the same answering node and claim), in the peer session of the node this node
@@ -191,7 +176,7 @@ pub(crate) fn pass_on(
         Some(&forwarded),
         now,
     );
-    queue(ctx, &peer, message, now, wake);
+    queue_for_node(&ctx.broker, &peer, message, QoS::AtLeastOnce, now, wake);
     tracing::info!(client_id, %from, to = %node, subscriptions, messages, "cluster_session_answer_passed_on");
 }
 
@@ -212,13 +197,8 @@ pub(crate) fn pass_on_relay(
     let Some((_, peer)) = destination(ctx, client_id, now) else {
         return false;
     };
-    queue(
-        ctx,
-        &peer,
-        crate::control::relay_passed_on(publish, hops + 1),
-        now,
-        wake,
-    );
+    let message = crate::control::relay_passed_on(publish, hops + 1);
+    queue_for_node(&ctx.broker, &peer, message, QoS::AtLeastOnce, now, wake);
     true
 }
 

@@ -3,12 +3,11 @@
 //! the session, and has each of them mark, behind what it routed to the old node, the end of
 //! what the old node must relay. A node's mark coming back here lets its copies through again.
 
-use crate::control::{Mark, SessionAnswer};
+use crate::control::{queue_for_node, Mark, SessionAnswer};
 use crate::link::LinkContext;
 use hayate_codec::QoS;
 use hayate_core::cluster::{ClusterRoutes, Fence, PEER_CLIENT_PREFIX};
-use hayate_core::router::RouteOutcome;
-use hayate_core::{Arrival, Broker, Delivery, WakeList};
+use hayate_core::{Arrival, Broker, WakeList};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -229,11 +228,14 @@ fn queue_mark(broker: &Broker, mark: &Mark, now: Instant, wake: &mut WakeList) {
         .registry
         .get(&format!("{PEER_CLIENT_PREFIX}{}", mark.old))
     {
-        let delivery = Delivery::new(Arc::new(mark.to_message()), QoS::ExactlyOnce, false);
-        let mut outcome = RouteOutcome::default();
-        broker
-            .router
-            .deliver(&cell, delivery, now, wake, &mut outcome);
+        queue_for_node(
+            broker,
+            &cell,
+            mark.to_message(),
+            QoS::ExactlyOnce,
+            now,
+            wake,
+        );
     }
 }
 
@@ -492,7 +494,5 @@ fn queue_relay_end(
     wake: &mut WakeList,
 ) {
     let message = crate::control::relay_end_message(client_id, node, at);
-    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
-    let mut outcome = RouteOutcome::default();
-    broker.router.deliver(to, delivery, now, wake, &mut outcome);
+    queue_for_node(broker, to, message, QoS::AtLeastOnce, now, wake);
 }
