@@ -16,10 +16,10 @@ use hayate_codec::{Publish, QoS};
 use hayate_core::cluster::PEER_CLIENT_PREFIX;
 use hayate_core::handoff::HandedOver;
 use hayate_core::registry::SessionCell;
-use hayate_core::WakeList;
+use hayate_core::{Broker, Stats, WakeList};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How many times an answer, or a relayed copy, is passed on at most: a record of where a
 /// session went may be stale (the session came back and left again), and passing on must not
@@ -202,10 +202,65 @@ pub(crate) fn pass_on_relay(
     true
 }
 
+/// How often a link logs the relayed copies it dropped, at most.
+const DROP_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Relayed copies a link brought for a session this node no longer has, relaying or not, and
+/// could not pass on ([`pass_on_relay`]): each is counted (`Stats::cluster_relayed_dropped`),
+/// and the link logs `relayed_without_session` at most once per [`DROP_LOG_EVERY`], with the
+/// count since its last line, so that a node flooded with such copies does not flood its log.
+#[derive(Debug, Default)]
+pub(crate) struct DroppedRelays {
+    logged: Option<Instant>,
+    since: u64,
+}
+
+impl DroppedRelays {
+    /// `n` copies for `client_id` from `peer` dropped at `now`; true when a line was logged.
+    pub(crate) fn count(
+        &mut self,
+        broker: &Broker,
+        peer: &str,
+        client_id: &str,
+        n: usize,
+        now: Instant,
+    ) -> bool {
+        Stats::add(&broker.stats.cluster_relayed_dropped, n as u64);
+        self.since += n as u64;
+        if self
+            .logged
+            .is_some_and(|logged| now.duration_since(logged) < DROP_LOG_EVERY)
+        {
+            return false;
+        }
+        tracing::warn!(peer, client_id, dropped = self.since, "relayed_without_session");
+        self.logged = Some(now);
+        self.since = 0;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    #[test]
+    fn dropped_relays_are_all_counted_and_logged_at_most_once_per_period() {
+        let now = Instant::now();
+        let broker = Broker::new(
+            hayate_core::BrokerConfig::default(),
+            Arc::new(hayate_core::StaticPolicy::default()),
+            now,
+        );
+        let mut dropped = DroppedRelays::default();
+        assert!(dropped.count(&broker, "n2", "c", 3, now), "the first is logged");
+        assert!(!dropped.count(&broker, "n2", "c", 2, now + Duration::from_secs(1)));
+        assert!(!dropped.count(&broker, "n2", "d", 4, now + Duration::from_secs(9)));
+        assert_eq!(dropped.since, 6, "counted for the next line");
+        assert!(dropped.count(&broker, "n2", "c", 1, now + Duration::from_secs(10)));
+        assert_eq!(dropped.since, 0);
+        assert_eq!(Stats::get(&broker.stats.cluster_relayed_dropped), 10);
+    }
 
     #[test]
     fn a_record_is_kept_until_its_time() {

@@ -97,6 +97,8 @@ pub(crate) struct Link {
     /// What the other node sends waits: its mark for a session taken over here came back
     /// before the old node's end of relaying its copies (`crate::relay::RelayEnds`).
     hold: Option<Hold>,
+    /// Relayed copies this link brought for no session here (`crate::late::DroppedRelays`).
+    dropped: crate::late::DroppedRelays,
 }
 
 impl Link {
@@ -120,6 +122,7 @@ impl Link {
             ping_sent: None,
             control_rel: HashSet::new(),
             hold: None,
+            dropped: crate::late::DroppedRelays::default(),
         }
     }
 
@@ -679,15 +682,22 @@ impl Link {
             match decode_relay(&publish, now) {
                 Some((client_id, deliveries)) => {
                     let mut wake = hayate_core::WakeList::new();
-                    let gone = !self.ctx.broker.has_relay_target(&client_id);
-                    if !(gone
-                        && crate::late::pass_on_relay(
-                            &self.ctx, &client_id, &publish, now, &mut wake,
-                        ))
-                    {
+                    if let Err(dropped) =
                         self.ctx
                             .broker
-                            .deliver_relayed(&client_id, deliveries, now, &mut wake);
+                            .deliver_relayed(&client_id, deliveries, now, &mut wake)
+                    {
+                        if !crate::late::pass_on_relay(
+                            &self.ctx, &client_id, &publish, now, &mut wake,
+                        ) {
+                            self.dropped.count(
+                                &self.ctx.broker,
+                                &self.peer,
+                                &client_id,
+                                dropped.len(),
+                                now,
+                            );
+                        }
                     }
                     for doorbell in wake {
                         doorbell.notify_one();

@@ -406,27 +406,19 @@ impl Broker {
             .is_some_and(|cell| cell.kind == SessionKind::Client)
     }
 
-    /// Whether copies relayed to this node for `client_id` find a session here
-    /// ([`Broker::deliver_relayed`]): the client's, or one that was handed on and relays.
-    pub fn has_relay_target(&self, client_id: &str) -> bool {
-        self.has_client_session(client_id)
-            || self
-                .router
-                .cluster()
-                .is_some_and(|cluster| cluster.relaying(client_id).is_some())
-    }
-
     /// Deliveries another node relayed for `client_id`'s session, which it handed over here
     /// (`Handover::Relaying` there): queued in the session as they are (the other node
     /// matched them against the session's subscriptions), or relayed on when this node handed
-    /// the session over in turn. Returns how many were queued or relayed.
+    /// the session over in turn. Returns how many were queued or relayed, or the deliveries
+    /// themselves when no session here takes them (the caller passes the copy on to where the
+    /// session went, or counts it dropped: `Stats::cluster_relayed_dropped`).
     pub fn deliver_relayed(
         &self,
         client_id: &str,
         deliveries: Vec<Delivery>,
         now: Instant,
         wake: &mut WakeList,
-    ) -> u64 {
+    ) -> Result<u64, Vec<Delivery>> {
         // Handed over again meanwhile (a claim held while the session waited for its own,
         // answered since): its relaying session passes them on (relayed deliveries are
         // another node's, so `Router::relay` takes them), while `Relaying::upstream` keeps it
@@ -437,19 +429,14 @@ impl Broker {
                 .and_then(|cluster| cluster.relaying(client_id))
         });
         let Some(cell) = cell else {
-            tracing::warn!(
-                client_id,
-                dropped = deliveries.len(),
-                "relayed_without_session"
-            );
-            return 0;
+            return Err(deliveries);
         };
         let mut outcome = RouteOutcome::default();
         for delivery in deliveries {
             self.router
                 .deliver(&cell, delivery, now, wake, &mut outcome);
         }
-        outcome.delivered as u64
+        Ok(outcome.delivered as u64)
     }
 
     /// Takes a session handed over by another node into the session `client_id` has here

@@ -126,6 +126,11 @@ pub struct Stats {
     /// link to its PINGRESP handled), one observation per link every keep-alive interval,
     /// never per message. Recorded by `hayate-cluster`.
     pub cluster_link_round_trip: LatencyHistogram,
+    /// In a cluster: relayed copies (`$cluster/relay`) that reached this node for a session
+    /// it no longer has, relaying or not, and that could not be passed on to where the
+    /// session went (`docs/CLUSTER.md`, "A late answer goes on to where the session went").
+    /// Counted by `hayate-cluster`.
+    pub cluster_relayed_dropped: AtomicU64,
 }
 
 impl Stats {

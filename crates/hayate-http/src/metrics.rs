@@ -410,6 +410,12 @@ impl BrokerCollector {
             "hayate_cluster_link_round_trip",
             "Round trip of the node links' keep-alive probe (PINGREQ queued to PINGRESP handled, one observation per link every 5 s): the network and what was queued on the link ahead of it.",
             &seconds(&broker.stats.cluster_link_round_trip.read()),
+        )?;
+        out.counter(
+            "hayate_cluster_relayed_dropped_messages",
+            "Relayed copies that reached this node for a session it no longer has and could not be passed on.",
+            None,
+            get(&broker.stats.cluster_relayed_dropped),
         )
     }
 

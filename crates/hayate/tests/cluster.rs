@@ -602,6 +602,11 @@ async fn the_admin_api_shows_the_cluster() {
         "hayate_cluster_link_round_trip_seconds_bucket{le=\"1\"}",
     );
     assert!(within_a_second >= Some(1.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, "hayate_cluster_relayed_dropped_messages_total"),
+        Some(0.0),
+        "exposed in a cluster, nothing relayed here: {metrics}"
+    );
     if let Some(promtool) = hayate_testkit::ops::tool_or_skip("promtool") {
         hayate_testkit::prometheus::promtool_check_metrics(&promtool, &metrics);
     }
