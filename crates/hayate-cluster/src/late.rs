@@ -233,7 +233,12 @@ impl DroppedRelays {
         {
             return false;
         }
-        tracing::warn!(peer, client_id, dropped = self.since, "relayed_without_session");
+        tracing::warn!(
+            peer,
+            client_id,
+            dropped = self.since,
+            "relayed_without_session"
+        );
         self.logged = Some(now);
         self.since = 0;
         true
@@ -253,7 +258,10 @@ mod tests {
             now,
         );
         let mut dropped = DroppedRelays::default();
-        assert!(dropped.count(&broker, "n2", "c", 3, now), "the first is logged");
+        assert!(
+            dropped.count(&broker, "n2", "c", 3, now),
+            "the first is logged"
+        );
         assert!(!dropped.count(&broker, "n2", "c", 2, now + Duration::from_secs(1)));
         assert!(!dropped.count(&broker, "n2", "d", 4, now + Duration::from_secs(9)));
         assert_eq!(dropped.since, 6, "counted for the next line");

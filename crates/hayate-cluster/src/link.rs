@@ -682,10 +682,10 @@ impl Link {
             match decode_relay(&publish, now) {
                 Some((client_id, deliveries)) => {
                     let mut wake = hayate_core::WakeList::new();
-                    if let Err(dropped) =
-                        self.ctx
-                            .broker
-                            .deliver_relayed(&client_id, deliveries, now, &mut wake)
+                    if let Err(dropped) = self
+                        .ctx
+                        .broker
+                        .deliver_relayed(&client_id, deliveries, now, &mut wake)
                     {
                         if !crate::late::pass_on_relay(
                             &self.ctx, &client_id, &publish, now, &mut wake,
