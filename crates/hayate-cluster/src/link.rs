@@ -712,6 +712,12 @@ impl Link {
                     self.ctx
                         .broker
                         .upstream_relay_ended(&client_id, &node, now, &mut wake);
+                    if node == self.ctx.self_name {
+                        // This node's own copies (`relay::take_over`'s hold).
+                        self.ctx
+                            .broker
+                            .release_own_copies(&client_id, at, &mut wake);
+                    }
                     for doorbell in wake {
                         doorbell.notify_one();
                     }

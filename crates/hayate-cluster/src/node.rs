@@ -554,10 +554,13 @@ impl Node {
             })
     }
 
-    /// Sessions handed over that relayed long enough.
+    /// Sessions handed over that relayed long enough, and sessions taken over that held
+    /// their own copies back long enough.
     fn expire_relays(&self) {
         let mut wake = WakeList::new();
-        self.ctx.broker.expire_relays(Instant::now(), &mut wake);
+        let now = Instant::now();
+        self.ctx.broker.expire_relays(now, &mut wake);
+        self.ctx.broker.expire_own_holds(now, &mut wake);
         for doorbell in wake {
             doorbell.notify_one();
         }

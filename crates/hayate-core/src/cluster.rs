@@ -18,6 +18,7 @@
 //! subscription change.
 
 mod fence;
+mod own_hold;
 mod switch;
 
 pub use fence::{Fence, FenceFn, FenceHook};
@@ -184,6 +185,8 @@ pub struct ClusterRoutes {
     switch: switch::SwitchLock,
     /// Fences waiting for their client's first SUBSCRIBE (`fence`).
     fences: fence::Fences,
+    /// Sessions taken over here holding back this node's own copies (`own_hold`).
+    own_holds: own_hold::OwnHolds,
 }
 
 /// See [`ClusterRoutes::suppress`].
@@ -260,6 +263,7 @@ impl ClusterRoutes {
             relays: Mutex::new(HashMap::new()),
             switch: switch::SwitchLock::default(),
             fences: fence::Fences::default(),
+            own_holds: own_hold::OwnHolds::default(),
             nodes: RwLock::new(Vec::new()),
             suppressed: Mutex::new(Vec::new()),
             suppressing: std::sync::atomic::AtomicBool::new(false),

@@ -13,14 +13,19 @@
 //! snapshot. Hashes that are slow on purpose (argon2id) are verified inside
 //! `tokio::task::block_in_place`, so the other connections of that worker thread move on.
 
+mod scram;
+mod settings;
+
+pub use settings::{JwtSettings, ThrottleSettings, V3PublishDenied};
+
 use hayate_auth::{
     Access, AclFile, JwtAlgorithm, JwtConfig, JwtError, JwtGrant, JwtKey, JwtVerifier,
-    LoginThrottle, Mechanism, PasswordFile, PasswordHash, ScramCredentials, ScramError, ScramFile,
-    ScramServer, ScramStep, ThrottleConfig,
+    LoginThrottle, Mechanism, PasswordFile, PasswordHash, ScramFile, ScramServer, ThrottleConfig,
 };
 use hayate_codec::ReasonCode;
-use hayate_core::{AuthHook, AuthStep, Authenticated, ClientInfo, EnhancedAuth, StaticPolicy};
+use hayate_core::{AuthHook, Authenticated, ClientInfo, EnhancedAuth, StaticPolicy};
 use parking_lot::{Mutex, RwLock};
+use scram::{CredentialLookup, ScramExchange};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
@@ -29,18 +34,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
-
-/// What happens when a v3.1/3.1.1 client publishes where it may not (v3 has no way to say
-/// no; v5 clients always get PUBACK/PUBREC 0x87).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum V3PublishDenied {
-    /// Acknowledge as usual and drop the message (Mosquitto's behaviour).
-    #[default]
-    Drop,
-    /// Close the connection.
-    Disconnect,
-}
 
 /// The `[auth]` table. Every key is documented, with its default, in `hayate.toml`.
 ///
@@ -104,100 +97,6 @@ impl Default for AuthConfig {
             jwt: None,
             hook: OnceLock::new(),
         }
-    }
-}
-
-/// `[auth.throttle]`: after a failed login from an address (IPv6: its /64), further attempts
-/// from it are refused unchecked (v5 CONNACK 0x9F Connection rate exceeded, v3 0x03) for a
-/// penalty window of `base_delay_ms`, doubling with each further failure up to
-/// `max_delay_ms`; one failure is forgiven per `decay_secs`, and a success clears the slate.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ThrottleSettings {
-    /// Throttle at all.
-    pub enabled: bool,
-    /// Penalty after the first failure, in milliseconds.
-    pub base_delay_ms: u64,
-    /// Longest penalty, in milliseconds.
-    pub max_delay_ms: u64,
-    /// One failure is forgiven per this many seconds without a new one.
-    pub decay_secs: u64,
-    /// Most addresses remembered (the least recently seen is forgotten first).
-    pub capacity: usize,
-}
-
-impl Default for ThrottleSettings {
-    fn default() -> Self {
-        let defaults = ThrottleConfig::default();
-        ThrottleSettings {
-            enabled: true,
-            base_delay_ms: defaults.base_delay.as_millis() as u64,
-            max_delay_ms: defaults.max_delay.as_millis() as u64,
-            decay_secs: defaults.decay_interval.as_secs(),
-            capacity: defaults.capacity,
-        }
-    }
-}
-
-/// `[auth.jwt]`: a password that looks like a JWT (three base64url parts, the first a JSON
-/// header) is verified as one. Exactly one of `secret`, `secret_file`, `public_key_file`.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct JwtSettings {
-    /// Accepted algorithms: `HS256`, `HS384`, `HS512` (secret), `RS256` or `ES256` (public
-    /// key). Default: the three HMAC ones with a secret; required with a public key.
-    pub algorithms: Vec<String>,
-    /// HMAC secret, as UTF-8 text.
-    pub secret: Option<String>,
-    /// File holding the HMAC secret (one trailing newline is ignored).
-    pub secret_file: Option<PathBuf>,
-    /// PEM public key (RSA for RS256, P-256 for ES256).
-    pub public_key_file: Option<PathBuf>,
-    /// Claim holding the user name (must equal the MQTT user name when one is sent).
-    pub username_claim: String,
-    /// Claim listing the topic filters the client may publish to.
-    pub publish_claim: String,
-    /// Claim listing the topic filters the client may subscribe to and receive from.
-    pub subscribe_claim: String,
-    /// Required `iss`, if set.
-    pub issuer: Option<String>,
-    /// Required member of `aud`, if set.
-    pub audience: Option<String>,
-    /// Clock tolerance for `exp` and `nbf`, in seconds.
-    pub leeway_secs: u64,
-    /// Refuse tokens without `exp`.
-    pub require_exp: bool,
-}
-
-impl Default for JwtSettings {
-    fn default() -> Self {
-        JwtSettings {
-            algorithms: Vec::new(),
-            secret: None,
-            secret_file: None,
-            public_key_file: None,
-            username_claim: "sub".into(),
-            publish_claim: "publish".into(),
-            subscribe_claim: "subscribe".into(),
-            issuer: None,
-            audience: None,
-            leeway_secs: 5,
-            require_exp: true,
-        }
-    }
-}
-
-impl fmt::Debug for JwtSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JwtSettings")
-            .field("algorithms", &self.algorithms)
-            .field("secret", &self.secret.as_ref().map(|_| ".."))
-            .field("secret_file", &self.secret_file)
-            .field("public_key_file", &self.public_key_file)
-            .field("username_claim", &self.username_claim)
-            .field("issuer", &self.issuer)
-            .field("audience", &self.audience)
-            .finish_non_exhaustive()
     }
 }
 
@@ -778,63 +677,6 @@ impl AuthHook for SecurityHook {
     }
 }
 
-type CredentialLookup = Box<dyn FnOnce(&str) -> Option<ScramCredentials> + Send>;
-
-/// One SCRAM exchange (CONNECT or re-authentication).
-struct ScramExchange {
-    server: ScramServer<CredentialLookup>,
-    inner: Arc<Inner>,
-    client: ClientInfo,
-}
-
-impl fmt::Debug for ScramExchange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ScramExchange")
-            .field("server", &self.server)
-            .field("client_id", &self.client.client_id)
-            .finish()
-    }
-}
-
-impl EnhancedAuth for ScramExchange {
-    fn step(&mut self, data: &[u8]) -> AuthStep {
-        let username = self.client.username.as_deref();
-        match self.server.step(data) {
-            Ok(ScramStep::Continue(server_first)) => AuthStep::Continue(server_first),
-            Ok(ScramStep::Success {
-                server_final,
-                username: proved,
-            }) => {
-                if username.is_some_and(|sent| sent != proved) {
-                    // CONNECT's user name (or, re-authenticating, the session's) must be the
-                    // one the exchange proved.
-                    let code = self.inner.failed_with(
-                        &self.client,
-                        username,
-                        "scram_user_mismatch",
-                        ReasonCode::NOT_AUTHORIZED,
-                    );
-                    return AuthStep::Fail(code);
-                }
-                self.inner.succeeded(&self.client);
-                AuthStep::Success(
-                    Some(server_final),
-                    Authenticated {
-                        username: Some(proved.into()),
-                        grant: None,
-                    },
-                )
-            }
-            Err(error) => AuthStep::Fail(self.inner.failed_with(
-                &self.client,
-                username,
-                scram_reason(&error),
-                ReasonCode::NOT_AUTHORIZED,
-            )),
-        }
-    }
-}
-
 /// The JWT grant a client authenticated with, if any.
 fn jwt_grant(client: &ClientInfo) -> Option<&JwtGrant> {
     client.grant()?.downcast_ref::<JwtGrant>()
@@ -871,17 +713,6 @@ fn jwt_reason(error: &JwtError) -> &'static str {
     }
 }
 
-fn scram_reason(error: &ScramError) -> &'static str {
-    match error {
-        ScramError::InvalidProof => "scram_bad_proof",
-        ScramError::NonceMismatch => "scram_nonce_mismatch",
-        ScramError::ChannelBindingNotSupported | ScramError::ChannelBindingMismatch => {
-            "scram_channel_binding"
-        }
-        _ => "scram_malformed",
-    }
-}
-
 /// Compares two digests in time independent of where they differ.
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
@@ -901,236 +732,4 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jwt_shape() {
-        let token = b"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln";
-        assert!(as_jwt(token).is_some());
-        assert!(as_jwt(b"password").is_none());
-        assert!(as_jwt(b"a.b.c").is_none());
-        assert!(as_jwt(b"eyJ.x.y.z").is_none());
-        assert!(as_jwt(b"eyJ a.b.c").is_none());
-    }
-
-    #[test]
-    fn auth_table_defaults_and_unknown_keys() {
-        let config: AuthConfig = toml::from_str("").unwrap();
-        assert!(config.allow_anonymous);
-        assert!(config.password_cache);
-        assert!(config.throttle.enabled);
-        assert_eq!(config.throttle.base_delay_ms, 100);
-        assert_eq!(config.v3_publish_denied, V3PublishDenied::Drop);
-        let config: AuthConfig =
-            toml::from_str("v3_publish_denied = \"disconnect\"\n[jwt]\nsecret = \"s\"\n").unwrap();
-        assert_eq!(config.v3_publish_denied, V3PublishDenied::Disconnect);
-        assert_eq!(config.jwt.as_ref().unwrap().username_claim, "sub");
-        assert!(!format!("{config:?}").contains("\"s\""), "secret in Debug");
-        assert!(toml::from_str::<AuthConfig>("pasword_file = \"x\"\n").is_err());
-        assert!(toml::from_str::<AuthConfig>("[jwt]\nsecert = \"x\"\n").is_err());
-    }
-
-    #[test]
-    fn unreadable_file_fails_prepare_and_refuses_lazily() {
-        let config = AuthConfig {
-            password_file: Some("/nonexistent/hayate/passwd".into()),
-            ..AuthConfig::default()
-        };
-        assert!(config.prepare().is_err());
-        let mut client = ClientInfo::new("c".into(), Default::default());
-        client.username = Some("u".into());
-        assert_eq!(
-            config.authenticate(&client, Some(b"p")).unwrap_err(),
-            ReasonCode::SERVER_UNAVAILABLE
-        );
-        assert!(!config.authorize_publish(&client, "t"));
-    }
-
-    #[test]
-    fn example_configs_document_the_auth_defaults() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let config = crate::Config::load(&root.join("hayate.toml")).expect("hayate.toml loads");
-        let (auth, defaults) = (&config.auth, AuthConfig::default());
-        assert_eq!(auth.allow_anonymous, defaults.allow_anonymous);
-        assert_eq!(auth.password_file, defaults.password_file);
-        assert_eq!(auth.acl_file, defaults.acl_file);
-        assert_eq!(auth.scram_file, defaults.scram_file);
-        assert_eq!(
-            auth.scram_sha512_from_password_file,
-            defaults.scram_sha512_from_password_file
-        );
-        assert_eq!(auth.password_cache, defaults.password_cache);
-        assert_eq!(auth.v3_publish_denied, defaults.v3_publish_denied);
-        assert_eq!(auth.deny_subscribe, defaults.deny_subscribe);
-        assert_eq!(
-            auth.deny_subscribe_reason_code,
-            defaults.deny_subscribe_reason_code
-        );
-        assert_eq!(auth.deny_publish, defaults.deny_publish);
-        let (t, d) = (&auth.throttle, &defaults.throttle);
-        assert_eq!(
-            (
-                t.enabled,
-                t.base_delay_ms,
-                t.max_delay_ms,
-                t.decay_secs,
-                t.capacity
-            ),
-            (
-                d.enabled,
-                d.base_delay_ms,
-                d.max_delay_ms,
-                d.decay_secs,
-                d.capacity
-            )
-        );
-        assert!(auth.jwt.is_none());
-        // The commented-out [auth.jwt] example parses, with the documented defaults.
-        let text = std::fs::read_to_string(root.join("hayate.toml")).unwrap();
-        let jwt: String = text[text.find("# [auth.jwt]").unwrap()..]
-            .lines()
-            .map(|line| line.strip_prefix("# ").unwrap_or(""))
-            .filter(|line| line.starts_with('[') || line.contains(" = "))
-            .filter(|line| !line.starts_with("secret_file") && !line.starts_with("public_key"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let parsed: toml::Value = toml::from_str(&jwt).expect("jwt example parses");
-        let jwt: JwtSettings = parsed["auth"]["jwt"].clone().try_into().expect("jwt keys");
-        let d = JwtSettings::default();
-        assert_eq!(
-            (
-                &jwt.username_claim,
-                &jwt.publish_claim,
-                &jwt.subscribe_claim
-            ),
-            (&d.username_claim, &d.publish_claim, &d.subscribe_claim)
-        );
-        assert_eq!(
-            (jwt.leeway_secs, jwt.require_exp),
-            (d.leeway_secs, d.require_exp)
-        );
-        // The Paho interoperability settings keep working.
-        let paho = crate::Config::load(&root.join("config/paho-interop.toml")).unwrap();
-        assert_eq!(paho.auth.deny_subscribe_reason_code, 128);
-        assert!(paho
-            .auth
-            .deny_subscribe
-            .contains(&"test/nosubscribe".to_string()));
-    }
-
-    fn client(username: Option<&str>) -> ClientInfo {
-        let mut client = ClientInfo::new("c".into(), Default::default());
-        client.username = username.map(Into::into);
-        client.peer = Some(([127, 0, 0, 1], 4000).into());
-        client
-    }
-
-    #[test]
-    fn password_cache_skips_hashing_until_reload() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("passwd");
-        let entry = |password: &[u8]| {
-            let hash = PasswordHash::new_argon2id(password).unwrap();
-            format!("alice:{hash}\n")
-        };
-        std::fs::write(&path, entry(b"one")).unwrap();
-        let config = AuthConfig {
-            password_file: Some(path.clone()),
-            throttle: ThrottleSettings {
-                enabled: false,
-                ..ThrottleSettings::default()
-            },
-            ..AuthConfig::default()
-        };
-        let hook = config.prepare().unwrap();
-        let alice = client(Some("alice"));
-        for _ in 0..5 {
-            assert!(hook.authenticate(&alice, Some(b"one")).is_ok());
-        }
-        assert_eq!(
-            hook.password_hashes_computed(),
-            1,
-            "one hash, then the cache"
-        );
-        // A wrong password is never answered from the cache.
-        assert_eq!(
-            hook.authenticate(&alice, Some(b"two")).unwrap_err(),
-            ReasonCode::BAD_USER_NAME_OR_PASSWORD
-        );
-        assert_eq!(hook.password_hashes_computed(), 2);
-        // After a reload the old password is checked against the new file, not the cache.
-        std::fs::write(&path, entry(b"two")).unwrap();
-        hook.reload().unwrap();
-        assert!(hook.authenticate(&alice, Some(b"one")).is_err());
-        assert!(hook.authenticate(&alice, Some(b"two")).is_ok());
-        assert!(hook.authenticate(&alice, Some(b"two")).is_ok());
-        assert_eq!(hook.password_hashes_computed(), 4);
-        // The cache can be turned off.
-        let uncached = AuthConfig {
-            password_cache: false,
-            ..config.clone()
-        };
-        let uncached = SecurityHook::new(&uncached).unwrap();
-        assert!(uncached.authenticate(&alice, Some(b"two")).is_ok());
-        assert!(uncached.authenticate(&alice, Some(b"two")).is_ok());
-        assert_eq!(uncached.password_hashes_computed(), 2);
-    }
-
-    #[test]
-    fn identity_as_username_and_listener_anonymous_override() {
-        let hook = SecurityHook::new(&AuthConfig {
-            allow_anonymous: false,
-            ..AuthConfig::default()
-        })
-        .unwrap();
-        let mut anonymous = client(None);
-        assert_eq!(
-            hook.authenticate(&anonymous, None).unwrap_err(),
-            ReasonCode::NOT_AUTHORIZED
-        );
-        anonymous.listener = Arc::new(hayate_core::ListenerInfo {
-            name: "open".into(),
-            allow_anonymous: Some(true),
-            identity_as_username: false,
-            ..Default::default()
-        });
-        assert!(hook.authenticate(&anonymous, None).is_ok());
-        let mut by_identity = client(Some("claimed"));
-        by_identity.listener = Arc::new(hayate_core::ListenerInfo {
-            name: "certs".into(),
-            allow_anonymous: Some(false),
-            identity_as_username: true,
-            ..Default::default()
-        });
-        // No proved identity: refused, whatever the CONNECT says.
-        assert_eq!(
-            hook.authenticate(&by_identity, Some(b"x")).unwrap_err(),
-            ReasonCode::NOT_AUTHORIZED
-        );
-        by_identity.set_transport_identity(Some("device-7".into()));
-        let admitted = hook.authenticate(&by_identity, None).unwrap();
-        assert_eq!(admitted.username.as_deref(), Some("device-7"));
-        // No enhanced authentication where the transport identity is the user name.
-        assert_eq!(
-            hook.start_enhanced_auth(&by_identity, "SCRAM-SHA-256")
-                .unwrap_err(),
-            ReasonCode::BAD_AUTHENTICATION_METHOD
-        );
-    }
-
-    #[test]
-    fn jwt_settings_are_checked() {
-        let jwt = |text: &str| {
-            let config: AuthConfig = toml::from_str(text).unwrap();
-            SecurityHook::new(&config).map(|_| ())
-        };
-        assert!(jwt("[jwt]\nsecret = \"k\"\n").is_ok());
-        assert!(jwt("[jwt]\n").is_err());
-        assert!(jwt("[jwt]\nsecret = \"k\"\nalgorithms = [\"XX1\"]\n").is_err());
-        assert!(jwt("[jwt]\nsecret = \"k\"\nalgorithms = [\"RS256\"]\n").is_err());
-        assert!(
-            jwt("[jwt]\npublic_key_file = \"/nonexistent\"\nalgorithms = [\"RS256\"]\n").is_err()
-        );
-    }
-}
+mod tests;

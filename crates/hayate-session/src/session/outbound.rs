@@ -71,15 +71,19 @@ impl Session {
             }
         }
         let window = usize::from(self.window());
+        // Own copies held back at the back of the queue wait (`hold.rs`).
+        let mut sendable = self.pending.len() - self.own_held();
         while let Some(front) = self.pending.front() {
-            if front.qos != QoS::AtMostOnce
-                && (self.inflight.len() >= window || self.journal_blocks(front))
+            if sendable == 0
+                || (front.qos != QoS::AtMostOnce
+                    && (self.inflight.len() >= window || self.journal_blocks(front)))
             {
                 break;
             }
             let Some(delivery) = self.pending.pop_front() else {
                 break;
             };
+            sendable -= 1;
             let weight = delivery.weight();
             if delivery.message.is_expired(now) {
                 self.free(weight);

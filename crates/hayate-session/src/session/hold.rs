@@ -1,0 +1,201 @@
+//! Holding back a session's own copies after it moved between the nodes of a cluster
+//! (`docs/CLUSTER.md`, "Own copies after a take-over"). The node that takes a session over
+//! sends its own publishers' messages to it directly from then on, while the ones it routed to
+//! the old node before come back relayed, later. Until the old node says it has relayed them
+//! all, deliveries of messages published on this node wait at the back of the queue, and
+//! those another node forwarded, relayed or handed over go in ahead of them:
+//!
+//! ```text
+//! pending: [ sendable ..................... | held (own copies since the hold) ]
+//!            ^ relayed copies are inserted here ^           own copies: push_back
+//! ```
+//!
+//! States: no hold; holding (`RareState::own_held` is the number of held deliveries at the
+//! back). A hold ends when the broker releases it, and whenever the queue is rearranged
+//! otherwise (spilled to disk, read back, handed over, shared deliveries taken, oldest
+//! dropped): what is queued then goes out in queue order, as without a hold.
+
+use super::*;
+
+impl Session {
+    /// Holds back, from now on, the deliveries of messages published on this node (no
+    /// `Message::from_peer`); deliveries of other nodes' messages go ahead of them. A hold in
+    /// place stays. No hold while part of the queue is on disk only (it is read back behind
+    /// what is in memory).
+    pub fn hold_own(&mut self) {
+        if self.spilled() > 0 {
+            return;
+        }
+        let rare = self.rare();
+        if rare.own_held.is_none() {
+            rare.own_held = Some(0);
+        }
+    }
+
+    /// Ends the hold. True when the connection has something to send now that it had not
+    /// (ring its doorbell).
+    pub fn release_own(&mut self) -> bool {
+        let held = self.rare.as_mut().and_then(|rare| rare.own_held.take());
+        held.is_some_and(|held| held > 0) && self.wants_transmit()
+    }
+
+    /// Whether own copies are held back.
+    pub fn holds_own(&self) -> bool {
+        self.rare
+            .as_ref()
+            .is_some_and(|rare| rare.own_held.is_some())
+    }
+
+    /// How many deliveries at the back of the queue are held back (0 without a hold).
+    pub(super) fn own_held(&self) -> usize {
+        self.rare
+            .as_ref()
+            .and_then(|rare| rare.own_held)
+            .unwrap_or(0)
+    }
+
+    /// The queue is rearranged otherwise: the hold ends, without a wake-up (the caller
+    /// transmits or is about to).
+    pub(super) fn drop_own_hold(&mut self) {
+        if let Some(rare) = self.rare.as_mut() {
+            rare.own_held = None;
+        }
+    }
+
+    /// Queues `delivery` in memory, behind what may be sent and ahead of the held own copies
+    /// when it is another node's, at the back (held) when it is this node's. True when the
+    /// session had nothing it could send before and has now.
+    pub(super) fn push_pending(&mut self, delivery: Delivery) -> bool {
+        let Session { rare, pending, .. } = self;
+        match rare.as_mut().and_then(|rare| rare.own_held.as_mut()) {
+            None => {
+                let was_idle = pending.is_empty();
+                pending.push_back(delivery);
+                was_idle
+            }
+            Some(held) if delivery.message.from_peer.is_none() => {
+                *held += 1;
+                pending.push_back(delivery);
+                false
+            }
+            Some(held) => {
+                let at = pending.len() - *held;
+                pending.insert(at, delivery);
+                at == 0
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::disallowed_methods)]
+
+    use super::super::tests::{drain, params};
+    use super::*;
+    use crate::message::{Message, PeerScope};
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    fn delivery(payload: &'static str, from_peer: bool) -> Delivery {
+        let mut message = Message::new(
+            ByteStr::from("t"),
+            Bytes::from_static(payload.as_bytes()),
+            QoS::AtLeastOnce,
+            false,
+            Properties::default(),
+            None,
+            None,
+        );
+        if from_peer {
+            message.from_peer = Some(Arc::new(PeerScope::default()));
+        }
+        Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
+    }
+
+    fn payloads(packets: &[Packet]) -> Vec<String> {
+        packets
+            .iter()
+            .filter_map(|p| match p {
+                Packet::Publish(p) => Some(String::from_utf8_lossy(&p.payload).into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn own_copies_wait_behind_relayed_ones_until_released() {
+        let now = Instant::now();
+        let mut session = Session::new(SessionLimits::default());
+        session.attach(params(ProtocolVersion::V5, 100));
+        session.hold_own();
+        assert!(session.holds_own());
+        // Handed over with the session: ahead of everything, sendable at once.
+        assert_eq!(
+            session.enqueue(delivery("handed", true)),
+            EnqueueOutcome::Queued { wake: true }
+        );
+        assert_eq!(
+            session.enqueue(delivery("own-1", false)),
+            EnqueueOutcome::Queued { wake: false },
+            "held: nothing to wake for"
+        );
+        session.enqueue(delivery("own-2", false));
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["handed"]
+        );
+        assert!(!session.wants_transmit(), "only held copies are queued");
+        // Relayed by the old node: before the own copies queued since the hold.
+        assert_eq!(
+            session.enqueue(delivery("relayed-1", true)),
+            EnqueueOutcome::Queued { wake: true }
+        );
+        session.enqueue(delivery("relayed-2", true));
+        session.enqueue(delivery("own-3", false));
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["relayed-1", "relayed-2"]
+        );
+        assert!(session.release_own(), "the held copies can go now");
+        assert!(!session.holds_own());
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["own-1", "own-2", "own-3"]
+        );
+        assert!(!session.release_own(), "no hold any more");
+        assert_eq!(
+            session.enqueue(delivery("own-4", false)),
+            EnqueueOutcome::Queued { wake: true }
+        );
+    }
+
+    #[test]
+    fn handing_the_session_on_takes_the_queue_in_its_order_and_ends_the_hold() {
+        let mut session = Session::new(SessionLimits::default());
+        session.hold_own();
+        session.enqueue(delivery("own-1", false));
+        session.enqueue(delivery("relayed-1", true));
+        let taken: Vec<String> = session
+            .take_all_deliveries()
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.message.payload).into_owned())
+            .collect();
+        assert_eq!(taken, ["relayed-1", "own-1"]);
+        assert!(!session.holds_own());
+    }
+
+    #[test]
+    fn a_hold_with_nothing_held_wakes_no_one_when_released() {
+        let now = Instant::now();
+        let mut session = Session::new(SessionLimits::default());
+        session.attach(params(ProtocolVersion::V5, 100));
+        session.hold_own();
+        session.enqueue(delivery("relayed", true));
+        assert!(!session.release_own(), "nothing was held back");
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["relayed"]
+        );
+    }
+}
