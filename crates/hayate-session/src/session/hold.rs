@@ -79,7 +79,7 @@ impl Session {
                 false
             }
             Some(held) => {
-                let at = pending.len() - *held;
+                let at = pending.len().saturating_sub(*held);
                 pending.insert(at, delivery);
                 at == 0
             }
@@ -183,6 +183,32 @@ mod tests {
             .collect();
         assert_eq!(taken, ["relayed-1", "own-1"]);
         assert!(!session.holds_own());
+    }
+
+    #[test]
+    fn dropping_the_oldest_ends_the_hold() {
+        let now = Instant::now();
+        let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut session = Session::new(SessionLimits {
+            max_queued_messages: 2,
+            queue_full: QueueFull::DropOldest(dropped.clone()),
+            ..SessionLimits::default()
+        });
+        session.attach(params(ProtocolVersion::V5, 100));
+        session.hold_own();
+        session.enqueue(delivery("own-1", false));
+        session.enqueue(delivery("own-2", false));
+        assert!(!session.wants_transmit());
+        session.enqueue(delivery("own-3", false));
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(
+            !session.holds_own(),
+            "the queue lost an entry: no hold counts it any more"
+        );
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["own-2", "own-3"]
+        );
     }
 
     #[test]

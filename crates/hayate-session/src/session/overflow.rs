@@ -50,9 +50,6 @@ impl Session {
     /// Drops the oldest waiting messages until one more of `weight` bytes fits. `spills`: it
     /// goes to disk only (its bytes are not held in memory).
     pub(super) fn make_room(&mut self, weight: usize, spills: bool) {
-        // Drops from the front: the held own copies (`hold.rs`) are never held in a bridge's
-        // session, whose queue this is for; end any hold rather than count it wrong.
-        self.drop_own_hold();
         if spills || weight > self.limits.max_queued_bytes() {
             // Behind a restored queue still on disk: it is trimmed as it is read back. Or it
             // never fits: it is dropped, and nothing older is dropped for it.
@@ -93,6 +90,8 @@ impl Session {
     /// Drops the oldest waiting message that may be dropped (not a QoS 2 message that may have
     /// been sent); false when there is none.
     fn drop_oldest(&mut self) -> bool {
+        // The queue loses an entry anywhere: a hold (`hold.rs`) would count its back wrong.
+        self.drop_own_hold();
         let Some(index) = self
             .pending
             .iter()
