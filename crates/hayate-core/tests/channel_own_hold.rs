@@ -50,14 +50,21 @@ fn setup() -> (CoreHarness, TestChannel, TestChannel) {
     (harness, c, publisher)
 }
 
-#[test]
-fn own_copies_go_out_after_the_relayed_ones_once_the_old_nodes_end_is_here() {
-    let (harness, mut c, mut publisher) = setup();
+/// As [`setup`], with `c`'s session holding its own copies (deadline 15 s) and one of them,
+/// `own-1`, published.
+fn holding_one_own_copy() -> (CoreHarness, TestChannel, TestChannel) {
+    let (harness, c, mut publisher) = setup();
     let until = harness.now() + Duration::from_secs(15);
     assert!(harness.broker.hold_own_copies("c", AT, until));
     publisher
         .publish("o/own", b"own-1", QoS::AtLeastOnce)
         .unwrap();
+    (harness, c, publisher)
+}
+
+#[test]
+fn own_copies_go_out_after_the_relayed_ones_once_the_old_nodes_end_is_here() {
+    let (harness, mut c, mut publisher) = holding_one_own_copy();
     assert!(payloads(&mut c).is_empty(), "held for the relay end");
     relay(&harness, "relayed-1");
     relay(&harness, "relayed-2");
@@ -79,12 +86,7 @@ fn own_copies_go_out_after_the_relayed_ones_once_the_old_nodes_end_is_here() {
 
 #[test]
 fn a_hold_whose_end_never_comes_ends_at_its_deadline() {
-    let (harness, mut c, mut publisher) = setup();
-    let until = harness.now() + Duration::from_secs(15);
-    assert!(harness.broker.hold_own_copies("c", AT, until));
-    publisher
-        .publish("o/own", b"own-1", QoS::AtLeastOnce)
-        .unwrap();
+    let (harness, mut c, _publisher) = holding_one_own_copy();
     let mut wake = Vec::new();
     harness.advance(Duration::from_secs(14));
     harness.broker.expire_own_holds(harness.now(), &mut wake);
