@@ -47,6 +47,12 @@ pub(crate) const MARK_TOPIC: &str = "$cluster/mark";
 /// to the receiving one: queued behind those relayed copies (`docs/CLUSTER.md`, "Relay after
 /// a handover").
 pub(crate) const RELAY_END_TOPIC: &str = "$cluster/relayend";
+/// The sending node handed a session over: what its client published there is before this
+/// (`crate::moved`).
+pub(crate) const HANDED_OVER_TOPIC: &str = "$cluster/handedover";
+/// The sending node took a session over: what its client publishes there is after this
+/// (`crate::moved`).
+pub(crate) const TAKEN_OVER_TOPIC: &str = "$cluster/takenover";
 
 const CLIENT_ID: &str = "client_id";
 const CLEAN_START: &str = "clean_start";
@@ -463,6 +469,20 @@ impl Mark {
         )
     }
 
+    /// The same take-over named in one of the notices of `crate::moved` (`HANDED_OVER_TOPIC`,
+    /// `TAKEN_OVER_TOPIC`), for a peer session's queue.
+    pub(crate) fn to_notice(&self, topic: &'static str, qos: QoS) -> Message {
+        Message::new(
+            topic.into(),
+            Bytes::new(),
+            qos,
+            false,
+            self.properties(),
+            None,
+            None,
+        )
+    }
+
     fn properties(&self) -> Properties {
         Properties {
             user_properties: vec![
@@ -603,6 +623,8 @@ pub(crate) fn answer_claim(
             // there (`crate::late`).
             ctx.late
                 .record(&claim.client_id, from, now, now + ctx.grace);
+            // What the client published here is before this, on every link from here.
+            crate::moved::queue_handed_over(ctx, &claim.client_id, from, claim.at, now, &mut wake);
         }
         match peer {
             Some(peer) => {

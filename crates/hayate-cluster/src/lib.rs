@@ -19,6 +19,7 @@ mod client;
 mod control;
 mod late;
 mod link;
+mod moved;
 mod node;
 mod relay;
 mod tls;

@@ -13,9 +13,9 @@
 use crate::client::NodeClient;
 use crate::control::{
     answer_claim, decode_answer, decode_relay, decode_relay_end, Answer, Claim, Mark, CLAIM_TOPIC,
-    MARK_TOPIC, RELAY_END_TOPIC, RELAY_TOPIC, SESSION_TOPIC,
+    HANDED_OVER_TOPIC, MARK_TOPIC, RELAY_END_TOPIC, RELAY_TOPIC, SESSION_TOPIC, TAKEN_OVER_TOPIC,
 };
-use crate::relay::Hold;
+use crate::relay::{Awaited, Hold};
 use crate::{ClusterError, NodeStats};
 use hayate_codec::{
     ByteStr, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp, Publish, QoS,
@@ -65,6 +65,9 @@ pub(crate) struct LinkContext {
     pub marks: Arc<crate::relay::MarkBoard>,
     /// The ends of relaying that sessions taken over here wait for (`crate::relay`).
     pub relay_ends: Arc<crate::relay::RelayEnds>,
+    /// The old nodes' notices of sessions they handed over, that links wait for
+    /// (`crate::moved`).
+    pub handed_over: Arc<crate::moved::HandedOverNotices>,
     /// Where sessions handed over from here went, and the answers handled here
     /// (`crate::late`).
     pub late: Arc<crate::late::LateAnswers>,
@@ -387,6 +390,7 @@ impl Link {
         let mut last_input = tokio::time::Instant::now();
         self.ping_sent = None;
         let mut ends = self.ctx.relay_ends.watch();
+        let mut notices = self.ctx.handed_over.watch();
         loop {
             self.release_hold(Instant::now());
             self.forward_ingress_output(client)?;
@@ -441,6 +445,7 @@ impl Link {
                 _ = paused => {}
                 _ = held => {}
                 _ = ends.changed(), if hold_until.is_some() => {}
+                _ = notices.changed(), if hold_until.is_some() => {}
                 _ = ping.tick() => {
                     if last_input.elapsed() > keep_alive * 3 / 2 {
                         return Err(ClusterError::Timeout("PINGRESP"));
@@ -535,19 +540,31 @@ impl Link {
         Ok(())
     }
 
-    /// Ends the hold once the old node's end of relaying arrived, or at its deadline.
+    /// Ends the hold once what it awaits arrived, or at its deadline.
     fn release_hold(&mut self, now: Instant) {
         let Some(hold) = &self.hold else {
             return;
         };
-        if !self
-            .ctx
-            .relay_ends
-            .must_hold(&hold.client_id, &self.peer, hold.at)
-        {
+        let waiting = match &hold.awaited {
+            Awaited::RelayEnd => {
+                self.ctx
+                    .relay_ends
+                    .must_hold(&hold.client_id, &self.peer, hold.at)
+            }
+            Awaited::HandedOver { old } => {
+                self.ctx
+                    .handed_over
+                    .must_hold(&hold.client_id, old, hold.at)
+            }
+        };
+        if !waiting {
             self.hold = None;
         } else if now >= hold.until {
-            tracing::info!(peer = %self.peer, client_id = %hold.client_id, "cluster_relay_end_late");
+            let late = match hold.awaited {
+                Awaited::RelayEnd => "cluster_relay_end_late",
+                Awaited::HandedOver { .. } => "cluster_handed_over_late",
+            };
+            tracing::info!(peer = %self.peer, client_id = %hold.client_id, "{late}");
             self.hold = None;
         }
     }
@@ -724,6 +741,18 @@ impl Link {
                     self.ctx.relay_ends.ended(client_id, node, at)
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_relay_end_malformed"),
+            }
+        } else if publish.topic.as_str() == HANDED_OVER_TOPIC {
+            match Mark::from_publish(&publish) {
+                Some(mark) => self.ctx.handed_over.arrived(&mark, now),
+                None => tracing::warn!(peer = %self.peer, "cluster_handed_over_malformed"),
+            }
+        } else if publish.topic.as_str() == TAKEN_OVER_TOPIC {
+            match Mark::from_publish(&publish) {
+                Some(mark) => {
+                    self.hold = crate::moved::on_taken_over(&self.ctx, &self.peer, &mark, now);
+                }
+                None => tracing::warn!(peer = %self.peer, "cluster_taken_over_malformed"),
             }
         } else if publish.topic.as_str() == MARK_TOPIC {
             match Mark::from_publish(&publish) {

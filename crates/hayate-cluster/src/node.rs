@@ -259,6 +259,10 @@ pub async fn start(
             relay_ends: Arc::new(crate::relay::RelayEnds::new(Duration::from_millis(
                 config.relay_order_hold_ms,
             ))),
+            handed_over: Arc::new(crate::moved::HandedOverNotices::new(
+                Duration::from_millis(config.relay_order_hold_ms),
+                Duration::from_secs(config.handover_relay_secs),
+            )),
             late: Arc::new(crate::late::LateAnswers::default()),
             shutdown: shutdown.clone(),
             broker,

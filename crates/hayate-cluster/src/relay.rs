@@ -162,6 +162,18 @@ pub(crate) fn take_over(
         );
     }
     let taken = broker.take_over(&client_id, handed, now, wake);
+    if !passed_on {
+        // What the client publishes here from its CONNACK on comes after this on every link
+        // from here, and the other nodes wait for the old node's notice before reading on
+        // (`crate::moved`).
+        let mark = Mark {
+            client_id: client_id.clone(),
+            old: old.clone(),
+            new: self_name.clone(),
+            at: answer.at,
+        };
+        crate::moved::queue_taken_over(ctx, &mark, &others, now, wake);
+    }
     if !relayed {
         return;
     }
@@ -351,6 +363,7 @@ pub(crate) fn on_mark(
                 client_id: mark.client_id.clone(),
                 at: mark.at,
                 until: now + ctx.relay_ends.hold,
+                awaited: Awaited::RelayEnd,
             });
         }
     }
@@ -482,12 +495,24 @@ impl RelayEnds {
     }
 }
 
-/// A link holding what its node sends (see [`RelayEnds`]).
+/// A link holding what its node sends, for one take-over (client, claim's `at`), until what it
+/// awaits has arrived or `until`.
 #[derive(Debug, Clone)]
 pub(crate) struct Hold {
     pub client_id: Arc<str>,
     pub at: u64,
     pub until: Instant,
+    pub awaited: Awaited,
+}
+
+/// What a held link waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Awaited {
+    /// The old node's end of relaying the link's node's copies ([`RelayEnds`]).
+    RelayEnd,
+    /// The old node's `$cluster/handedover` notice (`crate::moved`): the client's messages
+    /// published there come first.
+    HandedOver { old: Arc<str> },
 }
 
 /// The old node's end of relaying `node`'s copies for `client_id`, queued in the new node's

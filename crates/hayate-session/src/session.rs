@@ -752,6 +752,8 @@ mod overflow;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_journal;
+#[cfg(test)]
 mod tests_overflow;
 
 pub use journal::JournalEvent;

@@ -344,6 +344,26 @@ pub async fn publish_numbered(
     }
 }
 
+/// How many first copies of `m-N` came after a higher N (the soak's "reordered").
+pub fn reordered_first_copies(got: &[String]) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    let mut highest = None;
+    let mut reordered = 0;
+    for n in got
+        .iter()
+        .filter_map(|p| p.strip_prefix("m-")?.parse::<u32>().ok())
+    {
+        if !seen.insert(n) {
+            continue;
+        }
+        if highest.is_some_and(|h| n < h) {
+            reordered += 1;
+        }
+        highest = highest.max(Some(n));
+    }
+    reordered
+}
+
 /// Writes a configuration file into `dir` whose `[cluster]` table holds `keys` (for
 /// `hayate serve --config`: the command line's `--node-name` and `--cluster-listen` go over the
 /// table's name and address).

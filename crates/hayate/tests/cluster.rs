@@ -6,7 +6,8 @@
 
 use hayate_codec::{Packet, QoS};
 use hayate_testkit::cluster::{
-    await_route, connect_persistent, drain, payloads, publish_numbered, Cluster, Node,
+    await_route, connect_persistent, drain, payloads, publish_numbered, reordered_first_copies,
+    Cluster, Node,
 };
 use hayate_testkit::{RawClient, Received};
 use std::path::Path;
@@ -676,24 +677,4 @@ async fn a_node_leaves_for_good_with_hayate_cluster_leave() {
     }
     let log = n1.log_text();
     assert!(log.contains("admin_cluster_leave"), "{log}");
-}
-
-/// How many first copies of `m-N` came after a higher N (the soak's "reordered").
-fn reordered_first_copies(got: &[String]) -> usize {
-    let mut seen = std::collections::HashSet::new();
-    let mut highest = None;
-    let mut reordered = 0;
-    for n in got
-        .iter()
-        .filter_map(|p| p.strip_prefix("m-")?.parse::<u32>().ok())
-    {
-        if !seen.insert(n) {
-            continue;
-        }
-        if highest.is_some_and(|h| n < h) {
-            reordered += 1;
-        }
-        highest = highest.max(Some(n));
-    }
-    reordered
 }

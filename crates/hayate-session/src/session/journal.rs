@@ -225,7 +225,8 @@ impl Session {
             if ticket == 0 || ticket > durable {
                 break;
             }
-            journal.durable_seq = seq;
+            // Never back: entries spilled meanwhile were durable when written, with higher seqs.
+            journal.durable_seq = journal.durable_seq.max(seq);
             journal.qos2_gates.pop_front();
         }
         let mut ready = Vec::new();

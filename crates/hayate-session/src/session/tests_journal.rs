@@ -1,0 +1,51 @@
+//! A stored session's journal (`journal.rs`): what waits for the store, and what is read back.
+#![allow(clippy::disallowed_methods)]
+
+use super::tests::{delivery, drain, params};
+use super::*;
+
+fn with_seq(topic: &str, seq: u64) -> Delivery {
+    let mut d = delivery(topic, QoS::ExactlyOnce);
+    d.seq = seq;
+    d
+}
+
+/// A QoS 2 entry queued while attached waits for the store (its gate); the connection goes, it
+/// goes to disk with the entries queued after it (durable as they are written). Back, the
+/// store confirms the first entry's gate: that must not make the later ones look not durable
+/// again. It did (`durable_seq` set to the gate's seq, lower than the spilled entries'), and
+/// every QoS 2 entry after the first waited for a confirmation that never came: a node link's
+/// backlog stuck after one message (`hayate/tests/cluster_order.rs`, 2026-11-29).
+#[test]
+fn a_confirmed_gate_leaves_later_spilled_entries_durable() {
+    let mut session = Session::new(SessionLimits::default());
+    session.enable_journal(1);
+    session.attach(params(ProtocolVersion::V5, 10));
+    session.enqueue(delivery("t/0", QoS::ExactlyOnce));
+    session.take_journal();
+    session.journal_flushed(1);
+    // Not durable yet: nothing goes out.
+    assert_eq!(session.confirm(0), Some(1));
+    assert!(drain(&mut session, ProtocolVersion::V5, Instant::now()).is_empty());
+    session.detach();
+    session.enqueue(delivery("t/1", QoS::ExactlyOnce));
+    session.enqueue(delivery("t/2", QoS::ExactlyOnce));
+    assert_eq!(session.spilled(), 3);
+    session.take_journal();
+    session.journal_flushed(2);
+
+    session.attach(params(ProtocolVersion::V5, 10));
+    assert_eq!(session.confirm(2), None);
+    let (from, _) = session.take_page_request().expect("the queue is on disk");
+    assert_eq!(from, 1);
+    let page = vec![with_seq("t/0", 1), with_seq("t/1", 2), with_seq("t/2", 3)];
+    assert!(session.apply_page(from, page, true));
+    let sent: Vec<String> = drain(&mut session, ProtocolVersion::V5, Instant::now())
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some(p.topic.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, ["t/0", "t/1", "t/2"]);
+}
