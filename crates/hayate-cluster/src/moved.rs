@@ -46,6 +46,10 @@ struct Arrived {
     keys: HashMap<Key, Instant>,
     /// In arrival order, with when each goes.
     order: VecDeque<(Key, Instant)>,
+    /// Old nodes whose notice a link waited for in vain, until when links do not wait for
+    /// them again: with that node's link down, every client that moved from it would hold a
+    /// link for the whole deadline in turn. Ended by any notice arriving from the node.
+    not_coming: HashMap<Arc<str>, Instant>,
 }
 
 /// Notices kept at most (a mass take-over past this holds some links until the deadline:
@@ -81,6 +85,7 @@ impl HandedOverNotices {
                     arrived.keys.remove(&old_key);
                 }
             }
+            arrived.not_coming.remove(&mark.old);
             let until = now + self.keep;
             arrived.keys.insert(key.clone(), until);
             arrived.order.push_back((key, until));
@@ -90,12 +95,31 @@ impl HandedOverNotices {
 
     /// Whether a link must still wait for the old node's notice of this take-over; one that
     /// arrived is forgotten.
-    pub(crate) fn must_hold(&self, client_id: &Arc<str>, old: &Arc<str>, at: u64) -> bool {
+    pub(crate) fn must_hold(
+        &self,
+        client_id: &Arc<str>,
+        old: &Arc<str>,
+        at: u64,
+        now: Instant,
+    ) -> bool {
         let key: Key = (client_id.clone(), old.clone(), at);
-        if self.lock().keys.remove(&key).is_some() {
+        let mut arrived = self.lock();
+        if arrived.keys.remove(&key).is_some() {
             return false;
         }
-        !self.hold.is_zero()
+        let given_up = arrived
+            .not_coming
+            .get(old)
+            .is_some_and(|until| *until > now);
+        !self.hold.is_zero() && !given_up
+    }
+
+    /// A link waited for `old`'s notice until the deadline: links do not wait for that node's
+    /// notices again until one arrives (or `keep` passed).
+    pub(crate) fn gave_up(&self, old: &Arc<str>, now: Instant) {
+        let mut arrived = self.lock();
+        arrived.not_coming.retain(|_, until| *until > now);
+        arrived.not_coming.insert(old.clone(), now + self.keep);
     }
 
     /// Wakes a held link when a notice arrives.
@@ -194,7 +218,7 @@ pub(crate) fn on_taken_over(
     }
     if !ctx
         .handed_over
-        .must_hold(&mark.client_id, &mark.old, mark.at)
+        .must_hold(&mark.client_id, &mark.old, mark.at, now)
     {
         return None;
     }
@@ -227,19 +251,33 @@ mod tests {
         let notices = HandedOverNotices::new(Duration::from_secs(3), Duration::from_secs(30));
         let now = Instant::now();
         let (client, old): (Arc<str>, Arc<str>) = ("c".into(), "n1".into());
-        assert!(notices.must_hold(&client, &old, 7));
+        assert!(notices.must_hold(&client, &old, 7, now));
         notices.arrived(&mark("c", 7), now);
         // Another take-over of the same client is another notice.
-        assert!(notices.must_hold(&client, &old, 8));
-        assert!(!notices.must_hold(&client, &old, 7));
+        assert!(notices.must_hold(&client, &old, 8, now));
+        assert!(!notices.must_hold(&client, &old, 7, now));
         // Forgotten once waited for.
-        assert!(notices.must_hold(&client, &old, 7));
+        assert!(notices.must_hold(&client, &old, 7, now));
+    }
+
+    #[test]
+    fn a_node_whose_notice_did_not_come_is_not_waited_for_until_one_does() {
+        let notices = HandedOverNotices::new(Duration::from_secs(3), Duration::from_secs(30));
+        let now = Instant::now();
+        let (old, other): (Arc<str>, Arc<str>) = ("n1".into(), "n4".into());
+        notices.gave_up(&old, now);
+        assert!(!notices.must_hold(&"c".into(), &old, 7, now));
+        assert!(notices.must_hold(&"c".into(), &other, 7, now));
+        // Until `keep` passed, or a notice from it arrives.
+        assert!(notices.must_hold(&"c".into(), &old, 7, now + Duration::from_secs(31)));
+        notices.arrived(&mark("d", 9), now);
+        assert!(notices.must_hold(&"c".into(), &old, 7, now));
     }
 
     #[test]
     fn no_hold_when_configured_off() {
         let notices = HandedOverNotices::new(Duration::ZERO, Duration::from_secs(30));
-        assert!(!notices.must_hold(&"c".into(), &"n1".into(), 7));
+        assert!(!notices.must_hold(&"c".into(), &"n1".into(), 7, Instant::now()));
     }
 
     #[test]
@@ -249,8 +287,9 @@ mod tests {
         notices.arrived(&mark("old", 1), start);
         // The next arrival past the first's time drops it.
         notices.arrived(&mark("new", 2), start + Duration::from_secs(31));
-        assert!(notices.must_hold(&"old".into(), &"n1".into(), 1));
-        assert!(!notices.must_hold(&"new".into(), &"n1".into(), 2));
+        let later = start + Duration::from_secs(31);
+        assert!(notices.must_hold(&"old".into(), &"n1".into(), 1, later));
+        assert!(!notices.must_hold(&"new".into(), &"n1".into(), 2, later));
         for i in 0..(KEPT as u64 + 10) {
             notices.arrived(&mark("many", i), start + Duration::from_secs(40));
         }

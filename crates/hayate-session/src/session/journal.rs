@@ -86,8 +86,6 @@ pub(super) struct Journal {
     qos2_gates: VecDeque<(u64, Ticket)>,
     /// PUBRELs waiting for their `Released` to be durable.
     pubrels: VecDeque<(Ticket, PubResp)>,
-    /// Every QoS 2 entry up to this seq is durable.
-    durable_seq: u64,
     /// Ticket of the last batch written for this session.
     last_ticket: Ticket,
     /// Set at attach: nothing goes out until this ticket is durable (resent PUBRELs and QoS 2
@@ -122,7 +120,6 @@ impl Session {
         if rare.journal.is_none() {
             rare.journal = Some(Journal {
                 next_seq: next_seq.max(1),
-                durable_seq: next_seq.saturating_sub(1),
                 ..Journal::default()
             });
         }
@@ -221,12 +218,10 @@ impl Session {
         if journal.barrier <= durable {
             journal.barrier = 0;
         }
-        while let Some(&(seq, ticket)) = journal.qos2_gates.front() {
+        while let Some(&(_, ticket)) = journal.qos2_gates.front() {
             if ticket == 0 || ticket > durable {
                 break;
             }
-            // Never back: entries spilled meanwhile were durable when written, with higher seqs.
-            journal.durable_seq = journal.durable_seq.max(seq);
             journal.qos2_gates.pop_front();
         }
         let mut ready = Vec::new();
@@ -275,8 +270,15 @@ impl Session {
         if delivery.seq == 0 {
             return false;
         }
-        (delivery.qos == QoS::ExactlyOnce && delivery.seq > journal.durable_seq)
-            || self.inflight.contains_key(&derived_packet_id(delivery.seq))
+        // A QoS 2 entry waits while its own gate, or an older one, is not confirmed. Entries
+        // without a gate (written to disk only, or restored) are durable; one of them behind an
+        // unconfirmed older entry waits too, as it would in the queue's order anyway.
+        let gated = delivery.qos == QoS::ExactlyOnce
+            && journal
+                .qos2_gates
+                .front()
+                .is_some_and(|&(gate_seq, _)| gate_seq <= delivery.seq);
+        gated || self.inflight.contains_key(&derived_packet_id(delivery.seq))
     }
 
     /// True while the attach barrier holds every output back.
@@ -328,10 +330,7 @@ impl Session {
         delivery.seq = journal.next_seq;
         journal.next_seq += 1;
         let seq = delivery.seq;
-        if delivery.qos == QoS::ExactlyOnce {
-            // Durable before it is ever read back; nothing to gate.
-            journal.durable_seq = journal.durable_seq.max(seq);
-        }
+        // Durable before it is ever read back: no gate.
         journal.record(JournalEvent::Queued(delivery));
         let spill = journal.spill.get_or_insert(Spill {
             first_seq: seq,

@@ -1,6 +1,7 @@
 //! A stored session's journal (`journal.rs`): what waits for the store, and what is read back.
 #![allow(clippy::disallowed_methods)]
 
+use super::journal::RESIDENT_LIMIT;
 use super::tests::{delivery, drain, params};
 use super::*;
 
@@ -13,9 +14,9 @@ fn with_seq(topic: &str, seq: u64) -> Delivery {
 /// A QoS 2 entry queued while attached waits for the store (its gate); the connection goes, it
 /// goes to disk with the entries queued after it (durable as they are written). Back, the
 /// store confirms the first entry's gate: that must not make the later ones look not durable
-/// again. It did (`durable_seq` set to the gate's seq, lower than the spilled entries'), and
-/// every QoS 2 entry after the first waited for a confirmation that never came: a node link's
-/// backlog stuck after one message (`hayate/tests/cluster_order.rs`, 2026-11-29).
+/// again. It did (a "durable up to" mark set back to the gate's seq, below the spilled
+/// entries'), and every QoS 2 entry after the first waited for a confirmation that never came:
+/// a node link's backlog stuck after one message (`hayate/tests/cluster_order.rs`, 2026-11-29).
 #[test]
 fn a_confirmed_gate_leaves_later_spilled_entries_durable() {
     let mut session = Session::new(SessionLimits::default());
@@ -48,4 +49,28 @@ fn a_confirmed_gate_leaves_later_spilled_entries_durable() {
         })
         .collect();
     assert_eq!(sent, ["t/0", "t/1", "t/2"]);
+}
+
+/// A connected session holding its resident limit spills what comes next to disk; that entry
+/// is durable when read back, but the ones in memory before it still wait for the store (with
+/// a "durable up to" mark, the spilled entry's seq let them all out unconfirmed: a crash then
+/// could give their packet ids to other messages the client would take for duplicates).
+#[test]
+fn an_entry_spilled_past_the_resident_limit_lets_no_unconfirmed_one_out() {
+    let mut session = Session::new(SessionLimits::default());
+    session.enable_journal(1);
+    session.attach(params(ProtocolVersion::V5, 10));
+    for n in 0..=RESIDENT_LIMIT {
+        session.enqueue(delivery(&format!("t/{n}"), QoS::ExactlyOnce));
+    }
+    assert_eq!(session.spilled(), 1);
+    session.take_journal();
+    session.journal_flushed(1);
+    assert_eq!(session.confirm(0), Some(1));
+    assert!(drain(&mut session, ProtocolVersion::V5, Instant::now()).is_empty());
+    assert_eq!(session.confirm(1), None);
+    assert_eq!(
+        drain(&mut session, ProtocolVersion::V5, Instant::now()).len(),
+        10
+    );
 }
