@@ -70,8 +70,10 @@ pub struct ClusterConfig {
     /// A session taken over here: once a node's mark comes back, its link holds what that
     /// node sends until the old node's end of relaying that node's copies is here, at most
     /// this many milliseconds, so the copies stay in order (`docs/CLUSTER.md`, "Relay after a
-    /// handover": order). Every other session's copies from that node wait as long. 0: no
-    /// hold (relayed copies may come after newer ones).
+    /// handover": order). Every other session's copies from that node wait as long. The same
+    /// bound for a link that waits for a publisher's old node's notice of its take-over
+    /// ("A publisher that moves"). 0: no hold (relayed copies, and what a publisher sent
+    /// through its old node, may come after newer ones).
     #[serde(default = "default_relay_order_hold_ms")]
     pub relay_order_hold_ms: u64,
     /// This node's certificate chain (PEM, leaf first) for TLS on node links. With

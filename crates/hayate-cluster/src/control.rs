@@ -65,6 +65,9 @@ const RELAYING_FOR: &str = "relaying_for";
 /// `<at> <old node>` (`relay::take_over`).
 const UPSTREAM_MARK: &str = "upstream_mark";
 const NODE: &str = "node";
+/// On an answer with a session: its client published through the answering node
+/// (`crate::moved`).
+const PUBLISHED: &str = "published";
 /// On an answer or relayed copy passed on (`crate::late`): how many times.
 const HOPS: &str = "hops";
 /// On an answer passed on: the node that answered the claim.
@@ -158,6 +161,8 @@ pub(crate) fn decode_answer(publish: &Publish, now: Instant) -> Option<SessionAn
                     .collect()
             })
             .unwrap_or_default();
+        // Absent from nodes of an older version, which send no `$cluster/handedover` either.
+        handed.published = user_property(publish, PUBLISHED) == Some("1");
         Some(handed)
     } else {
         None
@@ -328,6 +333,9 @@ pub(crate) fn answer_message(
     ];
     for (old, at) in upstream_marks {
         user_properties.push((UPSTREAM_MARK.into(), format!("{at} {old}").as_str().into()));
+    }
+    if handed.published {
+        user_properties.push((PUBLISHED.into(), "1".into()));
     }
     if let Some(forwarded) = forwarded {
         user_properties.push((ORIGIN.into(), forwarded.origin.into()));
@@ -624,7 +632,16 @@ pub(crate) fn answer_claim(
             ctx.late
                 .record(&claim.client_id, from, now, now + ctx.grace);
             // What the client published here is before this, on every link from here.
-            crate::moved::queue_handed_over(ctx, &claim.client_id, from, claim.at, now, &mut wake);
+            if handed.as_ref().is_some_and(|handed| handed.published) {
+                crate::moved::queue_handed_over(
+                    ctx,
+                    &claim.client_id,
+                    from,
+                    claim.at,
+                    now,
+                    &mut wake,
+                );
+            }
         }
         match peer {
             Some(peer) => {

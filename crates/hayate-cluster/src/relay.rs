@@ -132,6 +132,7 @@ pub(crate) fn take_over(
         ctx.marks.take_fenced(&answer.client_id, answer.at)
     };
     let relaying_for = std::mem::take(&mut handed.relaying_for);
+    let published = handed.published;
     let client_id: Arc<str> = Arc::from(answer.client_id.as_str());
     let at = Arrival::from_nanos(answer.at);
     if fenced {
@@ -162,10 +163,10 @@ pub(crate) fn take_over(
         );
     }
     let taken = broker.take_over(&client_id, handed, now, wake);
-    if !passed_on {
+    if !passed_on && published {
         // What the client publishes here from its CONNACK on comes after this on every link
         // from here, and the other nodes wait for the old node's notice before reading on
-        // (`crate::moved`).
+        // (`crate::moved`). Not for a client that never published through the old node.
         let mark = Mark {
             client_id: client_id.clone(),
             old: old.clone(),

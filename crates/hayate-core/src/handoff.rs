@@ -43,6 +43,10 @@ pub struct HandedOver {
     /// (`Handover::Relaying`); each one's end of relaying follows the relayed copies
     /// (`docs/CLUSTER.md`, "Relay after a handover": order).
     pub relaying_for: Vec<Arc<str>>,
+    /// The client published through the handing node (`SessionCell::published`): the
+    /// handover is announced so that its messages stay in order (`docs/CLUSTER.md`, "A
+    /// publisher that moves").
+    pub published: bool,
 }
 
 impl HandedOver {
@@ -187,6 +191,7 @@ impl Broker {
                     deliveries: state.session.take_all_deliveries(),
                     inbound_qos2: state.session.inbound_qos2_ids(),
                     relaying_for: Vec::new(),
+                    published: cell.published.load(std::sync::atomic::Ordering::Relaxed),
                 }
             };
             // Under the same lock as the deliveries taken: a forwarded message either went
@@ -462,6 +467,12 @@ impl Broker {
             );
             return false;
         };
+        if handed.published {
+            // Handed on from here, the session is announced again (its previous node's
+            // messages may still be on their way to the other nodes).
+            cell.published
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut added = 0u64;
         for (filter, record) in handed.subscriptions {
             if self.add_subscription(&cell, &filter, record) {

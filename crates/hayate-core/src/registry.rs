@@ -213,6 +213,11 @@ pub struct SessionCell {
     pub congested: AtomicBool,
     /// A client's session or another cluster node's ([`crate::cluster::SessionKind`]).
     pub kind: crate::cluster::SessionKind,
+    /// In a cluster: the client published through this node while the session was here, or
+    /// the node it was handed over from said so. A handover of such a session is announced
+    /// to the other nodes so that its messages stay in order (`docs/CLUSTER.md`, "A publisher
+    /// that moves"); one of a session that never published is not.
+    pub published: AtomicBool,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -291,6 +296,7 @@ impl Registry {
             client_id: client_id.clone(),
             congested: AtomicBool::new(false),
             kind: crate::cluster::SessionKind::of(client_id),
+            published: AtomicBool::new(false),
             state: Mutex::new(SessionState {
                 session: new_session(),
                 subscriptions: Subscriptions::default(),

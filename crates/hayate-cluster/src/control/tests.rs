@@ -28,7 +28,12 @@ fn no_session_is_told_apart_from_an_empty_one() {
     assert_eq!((none.client_id.as_str(), none.at), ("c", 77));
     let empty = session_message(&claim, Some(&HandedOver::default()), &[], now);
     let got = decode_answer(&as_publish(&empty), now).unwrap();
-    assert!(got.handed.expect("present").is_empty());
+    let got = got.handed.expect("present");
+    assert!(got.is_empty());
+    assert!(
+        !got.published,
+        "a client that published nothing is not announced"
+    );
 }
 
 #[test]
@@ -122,6 +127,7 @@ fn a_session_round_trips_with_options_ids_and_expiry() {
         inbound_qos2: vec![3, 9],
         released: vec![12, 4],
         relaying_for: vec![Arc::from("n3"), Arc::from("n2")],
+        published: true,
     };
     let claim = Claim {
         client_id: "c1".into(),
@@ -152,6 +158,10 @@ fn a_session_round_trips_with_options_ids_and_expiry() {
     assert_eq!(
         back.relaying_for,
         vec![Arc::<str>::from("n3"), Arc::from("n2")]
+    );
+    assert!(
+        back.published,
+        "the client published through the answering node"
     );
     let left = d.message.expires_at.unwrap().duration_since(now);
     assert!(left <= Duration::from_secs(30) && left >= Duration::from_secs(28));

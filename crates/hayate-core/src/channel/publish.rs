@@ -183,6 +183,16 @@ impl Channel {
         let group = (publish.qos == QoS::ExactlyOnce)
             .then(|| broker.attached().map(|attached| attached.group()))
             .flatten();
+        if self.broker.router.cluster().is_some() {
+            if let Some(cell) = &self.cell {
+                // Before routing: a handover that takes the switch lock after this message was
+                // routed sees the flag (`SessionCell::published`).
+                if !cell.published.load(std::sync::atomic::Ordering::Relaxed) {
+                    cell.published
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
         let outcome = self.broker.publish(Arc::new(message), now, wake);
         if outcome.delivered == 0 && outcome.dropped == 0 && outcome.denied == 0 {
             Stats::add(&self.broker.stats.publish_no_subscribers, 1);
