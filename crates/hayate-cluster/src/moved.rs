@@ -15,11 +15,10 @@
 //! Both notices name the take-over as a mark does ([`Mark`]: client, old node, new node, the
 //! claim's `at`).
 
-use crate::control::{queue_for_node, Mark, HANDED_OVER_TOPIC, TAKEN_OVER_TOPIC};
+use crate::control::{Mark, HANDED_OVER_TOPIC, TAKEN_OVER_TOPIC};
 use crate::link::LinkContext;
 use crate::relay::{Awaited, Hold};
 use hayate_codec::QoS;
-use hayate_core::cluster::PEER_CLIENT_PREFIX;
 use hayate_core::{Broker, WakeList};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -148,12 +147,7 @@ pub(crate) fn queue_handed_over(
         new: new.clone(),
         at,
     };
-    let to: Vec<Arc<str>> = ctx
-        .routes
-        .nodes()
-        .into_iter()
-        .filter(|node| node != new && *node != ctx.self_name)
-        .collect();
+    let to = crate::relay::others_than(&ctx.routes, std::slice::from_ref(new), &ctx.self_name);
     queue_notice(
         &ctx.broker,
         &mark,
@@ -198,9 +192,8 @@ fn queue_notice(
     wake: &mut WakeList,
 ) {
     for node in to {
-        if let Some(peer) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{node}")) {
-            queue_for_node(broker, &peer, mark.to_notice(topic, qos), qos, now, wake);
-        }
+        let message = mark.to_notice(topic, qos);
+        crate::relay::queue_for_named_node(broker, node, message, qos, now, wake);
     }
 }
 

@@ -245,23 +245,30 @@ pub(crate) fn take_over(
 
 /// Queues `mark` in the old node's peer session here, behind what this node routed to it.
 fn queue_mark(broker: &Broker, mark: &Mark, now: Instant, wake: &mut WakeList) {
-    if let Some(cell) = broker
-        .registry
-        .get(&format!("{PEER_CLIENT_PREFIX}{}", mark.old))
-    {
-        queue_for_node(
-            broker,
-            &cell,
-            mark.to_message(),
-            QoS::ExactlyOnce,
-            now,
-            wake,
-        );
+    let message = mark.to_message();
+    queue_for_named_node(broker, &mark.old, message, QoS::ExactlyOnce, now, wake);
+}
+
+/// Queues a control message in node `node`'s peer session here, if there is one.
+pub(crate) fn queue_for_named_node(
+    broker: &Broker,
+    node: &str,
+    message: hayate_core::Message,
+    qos: QoS,
+    now: Instant,
+    wake: &mut WakeList,
+) {
+    if let Some(cell) = broker.registry.get(&format!("{PEER_CLIENT_PREFIX}{node}")) {
+        queue_for_node(broker, &cell, message, qos, now, wake);
     }
 }
 
 /// The other nodes than `away` (and this one).
-fn others_than(routes: &ClusterRoutes, away: &[Arc<str>], self_name: &str) -> Vec<Arc<str>> {
+pub(crate) fn others_than(
+    routes: &ClusterRoutes,
+    away: &[Arc<str>],
+    self_name: &str,
+) -> Vec<Arc<str>> {
     routes
         .nodes()
         .into_iter()
@@ -320,12 +327,7 @@ pub(crate) fn post_fence(ctx: &LinkContext, client_id: &Arc<str>, fence: &Fence,
             new: ctx.self_name.clone(),
             at,
         };
-        let others: Vec<Arc<str>> = ctx
-            .routes
-            .nodes()
-            .into_iter()
-            .filter(|node| node != old && *node != ctx.self_name)
-            .collect();
+        let others = others_than(&ctx.routes, std::slice::from_ref(old), &ctx.self_name);
         tracing::debug!(%client_id, ?others, at, "cluster_fence_marks_posted");
         ctx.marks.post(&mark, &others, now);
     }
