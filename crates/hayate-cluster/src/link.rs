@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, watch};
 
+mod answers;
 mod inbound;
 
 /// Keep alive of a link: a node silent for 1.5 × this is taken as gone by the link (gossip
@@ -101,6 +102,9 @@ pub(crate) struct Link {
     hold: Option<Hold>,
     /// Relayed copies this link brought for no session here (`crate::late::DroppedRelays`).
     dropped: crate::late::DroppedRelays,
+    /// What the current connection brought that the ingress has not answered: only those
+    /// answers go out on it (`answers.rs`).
+    unanswered: answers::Unanswered,
 }
 
 impl Link {
@@ -125,6 +129,7 @@ impl Link {
             control_rel: HashSet::new(),
             hold: None,
             dropped: crate::late::DroppedRelays::default(),
+            unanswered: answers::Unanswered::default(),
         }
     }
 
@@ -182,6 +187,7 @@ impl Link {
         )
         .await?;
         self.first = false;
+        self.unanswered.new_connection();
         let mut client = connected.client;
         let fresh = !connected.connack.session_present;
         if fresh {
@@ -611,13 +617,19 @@ impl Link {
                     },
                     ..publish
                 };
-                self.ingress()?.handle(Packet::Publish(publish), now)?;
+                let packet = Packet::Publish(publish);
+                self.unanswered.received(&packet);
+                self.ingress()?.handle(packet, now)?;
                 Ok(())
             }
             Packet::PubRel(rel) if self.control_rel.remove(&rel.packet_id.get()) => {
                 client.queue(&Packet::PubComp(PubResp::new(rel.packet_id)))
             }
-            Packet::PubRel(rel) => Ok(self.ingress()?.handle(Packet::PubRel(rel), now)?),
+            Packet::PubRel(rel) => {
+                let packet = Packet::PubRel(rel);
+                self.unanswered.received(&packet);
+                Ok(self.ingress()?.handle(packet, now)?)
+            }
             Packet::SubAck(suback) => {
                 for code in suback.reason_codes.iter().filter(|c| c.is_error()) {
                     tracing::warn!(peer = %self.peer, code = code.0, "cluster_subscription_refused");
@@ -646,12 +658,15 @@ impl Link {
         }
     }
 
-    /// The ingress's acknowledgements go back to the other node as they are.
+    /// The ingress's acknowledgements go back to the other node as they are, those that answer
+    /// a packet of this connection (`answers.rs`).
     fn forward_ingress_output(&mut self, client: &mut NodeClient) -> Result<(), ClusterError> {
         for packet in self.ingress()?.take_output()? {
             match packet {
                 Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {
-                    client.queue(&packet)?
+                    if self.unanswered.answers(&packet) {
+                        client.queue(&packet)?
+                    }
                 }
                 Packet::Disconnect(disconnect) => {
                     return Err(ClusterError::Ingress(format!(
@@ -661,6 +676,10 @@ impl Link {
                 }
                 _ => {}
             }
+        }
+        let dropped = self.unanswered.take_dropped();
+        if dropped > 0 {
+            tracing::info!(peer = %self.peer, dropped, "cluster_answer_for_earlier_connection_dropped");
         }
         Ok(())
     }

@@ -231,6 +231,7 @@ impl Broker {
             client_id,
             subscriptions = handed.subscriptions.len(),
             messages = handed.deliveries.len(),
+            inbound_qos2 = handed.inbound_qos2.len(),
             relaying,
             "session_handed_over"
         );
@@ -480,6 +481,7 @@ impl Broker {
             }
         }
         crate::stats::Stats::add(&self.stats.subscriptions, added);
+        let inbound_qos2 = handed.inbound_qos2.len();
         let mut outcome = RouteOutcome::default();
         for delivery in handed.deliveries {
             self.router
@@ -488,10 +490,13 @@ impl Broker {
         {
             let mut state = cell.state.lock();
             for id in handed.inbound_qos2 {
-                state.session.restore_inbound_qos2(id);
+                state.session.adopt_inbound_qos2(id);
             }
             for id in handed.released {
                 state.session.restore_released_id(id);
+            }
+            if let Some(attached) = self.attached() {
+                attached.flush(&cell.client_id, &mut state);
             }
             if let Handover::Awaited(awaited) = &mut state.handover {
                 awaited.received = true;
@@ -502,6 +507,7 @@ impl Broker {
             subscriptions = added,
             messages = outcome.delivered,
             dropped = outcome.dropped,
+            inbound_qos2,
             "session_taken_over_from_node"
         );
         true

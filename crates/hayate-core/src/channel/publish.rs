@@ -77,6 +77,16 @@ impl Channel {
                 out,
             ));
         }
+        if publish.dup && publish.qos == QoS::ExactlyOnce {
+            // A QoS 2 PUBLISH sent again (rare: after a reconnection): whether it is routed
+            // again is what exactly-once across a move or a restart rests on.
+            tracing::debug!(
+                client_id = ?self.client_id(),
+                packet_id = publish.packet_id.map(|id| id.get()),
+                known = inbound == InboundPublish::DuplicateQos2,
+                "qos2_publish_again"
+            );
+        }
         if inbound == InboundPublish::DuplicateQos2 {
             // [MQTT-4.3.3-10] acknowledge again, never route twice.
             self.acknowledge(&publish, ReasonCode::SUCCESS, None, out);

@@ -571,4 +571,17 @@ impl Session {
     pub fn restore_inbound_qos2(&mut self, packet_id: u16) {
         self.rare().inbound_qos2.insert(packet_id);
     }
+
+    /// Takes on an inbound QoS 2 packet id that awaits PUBREL from a session handed over by
+    /// another node: unlike [`Session::restore_inbound_qos2`] (read back from this node's
+    /// own store) it is recorded, so that a restart of this node before the PUBREL still
+    /// knows the message was routed and does not route a PUBLISH sent again.
+    pub fn adopt_inbound_qos2(&mut self, packet_id: u16) {
+        if self.rare().inbound_qos2.insert(packet_id) {
+            self.record(|| JournalEvent::InboundQos2 {
+                packet_id,
+                awaiting: true,
+            });
+        }
+    }
 }

@@ -74,3 +74,30 @@ fn an_entry_spilled_past_the_resident_limit_lets_no_unconfirmed_one_out() {
         10
     );
 }
+
+/// Inbound QoS 2 ids taken on from another node's session are written to this node's store
+/// (a restart before the PUBREL must still know the message was routed); ids read back from
+/// this node's own store are not written again.
+#[test]
+fn adopted_inbound_qos2_ids_are_recorded_and_restored_ones_are_not() {
+    let mut session = Session::new(SessionLimits::default());
+    session.enable_journal(1);
+    session.restore_inbound_qos2(7);
+    assert!(session.take_journal().is_empty());
+    session.adopt_inbound_qos2(9);
+    session.adopt_inbound_qos2(7);
+    let events = session.take_journal();
+    assert!(
+        matches!(
+            events.as_slice(),
+            [JournalEvent::InboundQos2 {
+                packet_id: 9,
+                awaiting: true
+            }]
+        ),
+        "{events:?}"
+    );
+    let mut ids = session.inbound_qos2_ids();
+    ids.sort_unstable();
+    assert_eq!(ids, [7, 9]);
+}
