@@ -229,8 +229,7 @@ class Publisher(SoakClient):
         PUBLISH made as soon as `connected` is set can go out ahead of an older one it resends:
         the client itself reorders them, and the broker cannot put them back in order (it
         serves messages in the order a client sends them, [MQTT-4.6.0-2] .. [MQTT-4.6.0-6]).
-        The one QoS 2 message counted as reordered in the 30-minute kill soak of 6586e92 fits
-        this race (resent right after a kill, delivered after the next seq)."""
+        Counted as a reordering, that would be the client's, not the broker's."""
         with self.c._out_message_mutex:
             return any(m.state in (mqtt.mqtt_ms_publish, mqtt.mqtt_ms_resend_pubrel)
                        for m in self.c._out_messages.values())

@@ -284,8 +284,17 @@ pub async fn await_route(publisher: &mut RawClient, subscriber: &mut RawClient, 
 /// Every PUBLISH received within `quiet` of the previous one, acknowledged (QoS 2 flows
 /// completed as their PUBRELs come, interleaved with other messages).
 pub async fn drain(client: &mut RawClient, quiet: Duration) -> Vec<Publish> {
+    drain_at_most(client, quiet, usize::MAX).await
+}
+
+/// As [`drain`], returning once `max` PUBLISHes came (traffic that never pauses for `quiet`
+/// does not hold it up).
+pub async fn drain_at_most(client: &mut RawClient, quiet: Duration, max: usize) -> Vec<Publish> {
     let mut got = Vec::new();
-    while let Received::Packet(packet) = client.recv_timeout(quiet).await {
+    while got.len() < max {
+        let Received::Packet(packet) = client.recv_timeout(quiet).await else {
+            break;
+        };
         match packet {
             Packet::Publish(publish) => {
                 match (publish.qos, publish.packet_id) {
