@@ -663,10 +663,11 @@ impl Link {
     fn forward_ingress_output(&mut self, client: &mut NodeClient) -> Result<(), ClusterError> {
         for packet in self.ingress()?.take_output()? {
             match packet {
-                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {
-                    if self.unanswered.answers(&packet) {
-                        client.queue(&packet)?
-                    }
+                // An answer to a packet of an earlier connection falls through, dropped.
+                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
+                    if self.unanswered.answers(&packet) =>
+                {
+                    client.queue(&packet)?
                 }
                 Packet::Disconnect(disconnect) => {
                     return Err(ClusterError::Ingress(format!(
