@@ -42,12 +42,17 @@ impl Node {
             self.ctx.routes.set_split(split);
         }
         for name in forget {
-            if let Some(peer) = self.peers.remove(&name) {
-                let _ = peer.stop.send(true);
-            }
-            self.end_peer_session(&name, now);
+            self.drop_peer(&name, now);
             tracing::warn!(peer = %name, "cluster_node_forgotten");
         }
+    }
+
+    /// Stops `name`'s link and ends its peer session here (a node forgotten or leaving).
+    fn drop_peer(&mut self, name: &str, now: Instant) {
+        if let Some(peer) = self.peers.remove(name) {
+            let _ = peer.stop.send(true);
+        }
+        self.end_peer_session(name, now);
     }
 
     /// Nodes that announced they leave for good are forgotten now.
@@ -64,10 +69,7 @@ impl Node {
             .map(|(id, _)| id.node_id.clone())
             .collect();
         for name in leaving {
-            if let Some(peer) = self.peers.remove(&name) {
-                let _ = peer.stop.send(true);
-            }
-            self.end_peer_session(&name, now);
+            self.drop_peer(&name, now);
             tracing::info!(peer = %name, "cluster_node_left");
         }
     }
