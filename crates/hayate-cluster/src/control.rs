@@ -282,7 +282,8 @@ pub(crate) fn answer_message(
     now: Instant,
 ) -> Message {
     let empty = HandedOver::default();
-    let present = handed.is_some();
+    // A session made only to wait for a claim, handed on empty, is answered as none.
+    let present = handed.is_some_and(HandedOver::counts_as_present);
     let handed = handed.unwrap_or(&empty);
     let mut payload = BytesMut::new();
     let id = PacketId::new(1).expect("non-zero");

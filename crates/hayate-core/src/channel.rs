@@ -508,7 +508,11 @@ impl Channel {
                 Handover::Awaited(awaited) if !awaited.answered && now < awaited.deadline => {
                     return true;
                 }
-                Handover::Awaited(_) => std::mem::take(&mut state.handover),
+                Handover::Awaited(_) => {
+                    // Its CONNACK goes out now: the client knows of the session.
+                    state.unconfirmed = false;
+                    std::mem::take(&mut state.handover)
+                }
                 // Handed over to another node meanwhile (`Relaying` is that relay's, not
                 // this connection's to end): the session is gone from here.
                 Handover::Settled | Handover::Relaying(_) => Handover::Settled,

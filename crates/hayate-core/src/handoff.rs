@@ -47,6 +47,9 @@ pub struct HandedOver {
     /// handover is announced so that its messages stay in order (`docs/CLUSTER.md`, "A
     /// publisher that moves").
     pub published: bool,
+    /// The session was made on the handing node only to wait for its own claim, and no client
+    /// was told of it (`SessionState::unconfirmed`): it holds nothing.
+    pub unconfirmed: bool,
 }
 
 impl HandedOver {
@@ -56,6 +59,12 @@ impl HandedOver {
             && self.deliveries.is_empty()
             && self.inbound_qos2.is_empty()
             && self.released.is_empty()
+    }
+
+    /// The claiming node's CONNACK may say Session Present for it: false for a session made
+    /// only to wait for a claim (`docs/CLUSTER.md`, "A session made only to wait").
+    pub fn counts_as_present(&self) -> bool {
+        !self.unconfirmed
     }
 }
 
@@ -192,6 +201,7 @@ impl Broker {
                     inbound_qos2: state.session.inbound_qos2_ids(),
                     relaying_for: Vec::new(),
                     published: cell.published.load(std::sync::atomic::Ordering::Relaxed),
+                    unconfirmed: state.unconfirmed,
                 }
             };
             // Under the same lock as the deliveries taken: a forwarded message either went
@@ -501,6 +511,8 @@ impl Broker {
             if let Handover::Awaited(awaited) = &mut state.handover {
                 awaited.received = true;
             }
+            // Another node's session came into it: present, even holding nothing.
+            state.unconfirmed = false;
         }
         tracing::info!(
             client_id,

@@ -79,6 +79,12 @@ pub struct SessionState {
     /// In a cluster: where the handover of this client's session from other nodes stands
     /// (`crate::handoff`).
     pub handover: Handover,
+    /// Made here for a connection whose CONNACK waits for the cluster's handover, no CONNACK
+    /// has gone out for it since, and no other node's session came into it: no client has
+    /// been told of it, and it holds nothing (a connection reads nothing before its CONNACK).
+    /// It does not count as present, to the client's next connection here or handed on
+    /// (`docs/CLUSTER.md`, "A session made only to wait").
+    pub unconfirmed: bool,
 }
 
 /// The handover of a session from other nodes of a cluster, as its new connection sees it.
@@ -313,6 +319,7 @@ impl Registry {
                 kick: 0,
                 client: None,
                 handover: Handover::Settled,
+                unconfirmed: false,
             }),
         });
         let replaced = sessions

@@ -34,6 +34,14 @@ fn no_session_is_told_apart_from_an_empty_one() {
         !got.published,
         "a client that published nothing is not announced"
     );
+    // A session made only to wait for a claim is answered as none.
+    let waiting = HandedOver {
+        unconfirmed: true,
+        ..HandedOver::default()
+    };
+    let message = session_message(&claim, Some(&waiting), &[], now);
+    let got = decode_answer(&as_publish(&message), now).unwrap();
+    assert!(got.handed.is_none(), "not present");
 }
 
 #[test]
@@ -128,6 +136,7 @@ fn a_session_round_trips_with_options_ids_and_expiry() {
         released: vec![12, 4],
         relaying_for: vec![Arc::from("n3"), Arc::from("n2")],
         published: true,
+        unconfirmed: false,
     };
     let claim = Claim {
         client_id: "c1".into(),

@@ -304,9 +304,23 @@ impl Channel {
             }
         }
 
+        // In a cluster, a client resuming its session waits for the other nodes to hand over
+        // what they hold of it before CONNACK says whether a session is present.
+        let await_handover = !connect.clean_start
+            && self.listener().role == ListenerRole::Clients
+            && self
+                .broker
+                .router
+                .cluster()
+                .is_some_and(|cluster| !cluster.peers().is_empty());
         let cell = opened.cell;
-        let (old_will, old_doorbell) = {
+        let (old_will, old_doorbell, session_present) = {
             let mut state = cell.state.lock();
+            // A session an earlier connection's wait made was never there for the client
+            // (`SessionState::unconfirmed`).
+            let session_present = opened.session_present && !state.unconfirmed;
+            // Until a CONNACK goes out, no client knows of a session made for this one.
+            state.unconfirmed = await_handover && (state.unconfirmed || !session_present);
             let taking_over = state.owner != 0;
             state.owner = self.conn_id;
             state.epoch += 1;
@@ -334,7 +348,11 @@ impl Channel {
                 self.broker.persist_session(&cell, &mut state, None);
             }
             state.session.attach(params);
-            (old_will, old_doorbell.filter(|_| taking_over))
+            (
+                old_will,
+                old_doorbell.filter(|_| taking_over),
+                session_present,
+            )
         };
         if let Some(doorbell) = old_doorbell {
             doorbell.notify_one();
@@ -343,14 +361,10 @@ impl Channel {
             self.broker.publish_will(&cell.client_id, will, now, wake);
         }
 
-        // In a cluster, a client resuming its session waits for the other nodes to hand over
-        // what they hold of it before CONNACK says whether a session is present.
-        let mut await_handover = false;
         if let Some(cluster) = self.broker.router.cluster() {
             match self.listener().role {
                 ListenerRole::Cluster => cluster.peer_attached(&cell),
                 ListenerRole::Clients => {
-                    await_handover = !connect.clean_start && !cluster.peers().is_empty();
                     // Whatever kept other nodes' copies from an earlier session of this client
                     // here is over: this connection's session takes them.
                     cluster.clear_suppression(&cell.client_id);
@@ -406,7 +420,7 @@ impl Channel {
             }
         }
         let connack = ConnAck {
-            session_present: opened.session_present,
+            session_present,
             reason_code: ReasonCode::SUCCESS,
             properties,
         };
@@ -440,7 +454,7 @@ impl Channel {
             client_id = %client_id,
             version = ?version,
             clean_start = connect.clean_start,
-            session_present = opened.session_present,
+            session_present,
             "client_connected"
         );
         // Resend what was in flight and send what was queued while offline.

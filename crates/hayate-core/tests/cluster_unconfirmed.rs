@@ -1,0 +1,172 @@
+//! A session made only to wait for a claim (docs/CLUSTER.md, "A session made only to wait"),
+//! sans IO with an injected clock: a client resumed here while another node it waited for was
+//! away, and gave up before its CONNACK came. The session that wait made was never told to
+//! any client; holding nothing, it is not present, neither to the client's next connection
+//! here nor, handed on, to the node where it connects next.
+
+use hayate_codec::{Packet, QoS, SubscriptionOptions};
+use hayate_core::handoff::{Claiming, HandedOver};
+use hayate_core::registry::SubscriptionRecord;
+use hayate_core::{Arrival, ListenerInfo, ListenerRole};
+use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Node `name`'s peer session here (a cluster with a peer: a resumed session waits for it).
+fn peer(harness: &CoreHarness, name: &str) -> TestChannel {
+    let mut peer = harness.channel_on(ListenerInfo {
+        name: Arc::from("cluster-test"),
+        role: ListenerRole::Cluster,
+        ..ListenerInfo::default()
+    });
+    peer.connect(ConnectSpec::v5(&format!("$cluster/{name}")).session_expiry(600));
+    peer
+}
+
+/// `client_id` resumes its session here: its CONNACK waits for the other nodes.
+fn resume(harness: &CoreHarness, client_id: &str) -> TestChannel {
+    let mut client = harness.channel();
+    client
+        .send(Packet::Connect(Box::new(
+            ConnectSpec::v5(client_id)
+                .clean_start(false)
+                .session_expiry(600)
+                .into(),
+        )))
+        .unwrap();
+    client.poll_transmit().unwrap();
+    assert!(client.received().is_empty(), "CONNACK waits");
+    client
+}
+
+/// The CONNACK's Session Present, once the wait is over (at its 3 s deadline at the latest).
+fn session_present(harness: &CoreHarness, client: &mut TestChannel) -> bool {
+    harness.advance(Duration::from_secs(4));
+    client.poll_transmit().unwrap();
+    client
+        .received()
+        .iter()
+        .find_map(|packet| match packet {
+            Packet::ConnAck(connack) => Some(connack.session_present),
+            _ => None,
+        })
+        .expect("CONNACK went out")
+}
+
+/// Another node claims `client_id` now: what this node hands over.
+fn claim(harness: &CoreHarness, client_id: &str) -> HandedOver {
+    let mut wake = Vec::new();
+    harness
+        .broker
+        .hand_over(
+            client_id,
+            Claiming {
+                clean_start: false,
+                at: Arrival::UNKNOWN,
+                to: None,
+                upstream: Vec::new(),
+            },
+            harness.now(),
+            &mut wake,
+        )
+        .expect("a session here")
+}
+
+/// The client connected, waited, and left before its CONNACK (paho gives up after its
+/// keep-alive); the cluster then gave up waiting too.
+fn waited_and_left(harness: &CoreHarness, client_id: &str) {
+    let mut client = resume(harness, client_id);
+    client.finish();
+    harness.broker.release_handover(client_id);
+}
+
+fn subscription(filter: &str) -> HandedOver {
+    HandedOver {
+        subscriptions: vec![(
+            filter.into(),
+            SubscriptionRecord {
+                options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
+                subscription_id: None,
+            },
+        )],
+        ..HandedOver::default()
+    }
+}
+
+/// The soak's subscriber that did not subscribe again: told Session Present 1 by the node it
+/// went to next, from the empty session its first attempt had made.
+#[test]
+fn an_empty_session_made_only_to_wait_is_handed_on_as_none() {
+    let (harness, _routes) = CoreHarness::clustered();
+    let _n2 = peer(&harness, "n2");
+    waited_and_left(&harness, "gone");
+
+    let handed = claim(&harness, "gone");
+    assert!(handed.is_empty());
+    assert!(handed.unconfirmed);
+    assert!(
+        !handed.counts_as_present(),
+        "the claiming node says Session Present 0"
+    );
+    assert!(harness.session("gone").is_none(), "ended here all the same");
+}
+
+/// Back on the same node, the client is told the same: no session was ever there for it.
+#[test]
+fn back_on_the_same_node_an_empty_session_made_only_to_wait_is_not_present() {
+    let (harness, _routes) = CoreHarness::clustered();
+    let _n2 = peer(&harness, "n2");
+    waited_and_left(&harness, "again");
+
+    let mut client = resume(&harness, "again");
+    assert!(!session_present(&harness, &mut client));
+    // Told now (Session Present 0, a new session): handed on, it counts.
+    client.finish();
+    let handed = claim(&harness, "again");
+    assert!(!handed.unconfirmed);
+    assert!(handed.counts_as_present());
+}
+
+/// What another node handed into the wait makes it a session, even an empty one: the client
+/// had a session there.
+#[test]
+fn a_session_another_node_handed_into_the_wait_is_present() {
+    let (harness, _routes) = CoreHarness::clustered();
+    let _n2 = peer(&harness, "n2");
+    let mut client = resume(&harness, "kept");
+    let mut wake = Vec::new();
+    assert!(harness
+        .broker
+        .take_over("kept", HandedOver::default(), harness.now(), &mut wake));
+    client.finish();
+    harness.broker.release_handover("kept");
+
+    let handed = claim(&harness, "kept");
+    assert!(handed.is_empty());
+    assert!(handed.counts_as_present(), "n2 had a session, empty or not");
+
+    // The same on this node's next connection.
+    let mut client = resume(&harness, "kept-here");
+    assert!(harness
+        .broker
+        .take_over("kept-here", subscription("t/#"), harness.now(), &mut wake));
+    client.finish();
+    harness.broker.release_handover("kept-here");
+    let mut client = resume(&harness, "kept-here");
+    assert!(session_present(&harness, &mut client));
+}
+
+/// Not in a cluster wait: a session told to its client with CONNACK counts as present,
+/// empty or not (the client knows of it).
+#[test]
+fn a_session_told_with_its_connack_is_present_when_empty() {
+    let (harness, _routes) = CoreHarness::clustered();
+    let _n2 = peer(&harness, "n2");
+    let mut client = resume(&harness, "told");
+    assert!(!session_present(&harness, &mut client), "new");
+    client.finish();
+
+    let handed = claim(&harness, "told");
+    assert!(handed.is_empty());
+    assert!(handed.counts_as_present());
+}
