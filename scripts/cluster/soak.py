@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cluster soak test (issue 13; not run in CI): 3 Hayate nodes, each with its own --data-dir,
 paho-mqtt clients with persistent sessions reconnecting to random nodes, sequence-numbered
-QoS 1 and QoS 2 publishers, and random kill -9 + restart of nodes. At the end it counts, per
-subscriber and per QoS, the messages lost, duplicated and reordered.
+QoS 1 and QoS 2 publishers, and random kill -9 + restart of nodes (or one node lost for good,
+--lose-node). At the end it counts, per subscriber and per QoS, the messages lost, duplicated
+and reordered.
 
     scripts/cluster/soak.py [--minutes 3] [--hayate target/release/hayate] [--json out.json]
 
@@ -285,6 +286,9 @@ def main():
     ap.add_argument("--rolling", action="store_true",
                     help="instead of random kill -9: a rolling restart, each node in turn stopped with SIGTERM, "
                          "restarted after --down seconds, the next one --kill-every seconds later")
+    ap.add_argument("--lose-node", type=float, default=None, metavar="MINUTE",
+                    help="instead of kills: at this minute kill -9 n3 and never restart it (a node lost "
+                         "for good); the report splits the losses by where each subscriber's session was")
     ap.add_argument("--drain", type=float, default=30.0, help="seconds to wait for deliveries at the end")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--workdir", default=None, help="data directories and node logs (default: a temporary directory, kept)")
@@ -325,10 +329,16 @@ def main():
         p.start()
 
     kills = []
-    t_end = time.time() + a.minutes * 60
+    lost_node = None
+    t_start = time.time()
+    t_end = t_start + a.minutes * 60
     next_kill = time.time() + random.uniform(*a.kill_every)
+    if a.lose_node is not None:
+        next_kill = float("inf")
     while time.time() < t_end:
         time.sleep(0.2)
+        if lost_node is None and a.lose_node is not None and time.time() >= t_start + a.lose_node * 60:
+            lost_node = lose(nodes[2], subs + pubs)
         if time.time() >= next_kill:
             victim = nodes[len(kills) % len(nodes)] if a.rolling else random.choice(nodes)
             down = random.uniform(*a.down)
@@ -346,7 +356,7 @@ def main():
                           "restarted_at": time.time(), "listening": ok})
             next_kill = time.time() + random.uniform(*a.kill_every)
         for n in nodes:
-            if not n.up() and n.proc is not None:
+            if not n.up() and n.proc is not None and not (lost_node and n.name == lost_node["node"]):
                 log(f"{n.name} exited by itself (code {n.proc.returncode}); restarting")
                 n.start()
 
@@ -373,6 +383,8 @@ def main():
         c.join(5)
 
     result = report(a, seed, workdir, nodes, subs, pubs, kills)
+    if lost_node is not None:
+        result["lost_node"] = lost_node_report(lost_node, subs, pubs, result)
     for n in nodes:
         n.terminate()
     if a.json:
@@ -382,6 +394,49 @@ def main():
     bad = sum(r["lost"] + r["reordered"] + (r["duplicates"] if r["qos"] == 2 else 0)
               for r in result["per_subscriber"])
     sys.exit(1 if bad else 0)
+
+
+def lose(node, clients):
+    """kill -9 `node` for good (`--lose-node`): it is never restarted. Records which clients
+    had their session there: those connected to it, and those between connections whose last
+    one was there."""
+    on_it = sorted(c.client_id for c in clients
+                   if (c.node is node and c.connected.is_set())
+                   or (not c.connected.is_set() and c.prev_node == node.name))
+    at = time.time()
+    log(f"kill -9 {node.name} for good; sessions there: {on_it}")
+    node.kill()
+    return {"node": node.name, "at": at, "sessions_on_it": on_it}
+
+
+def lost_node_report(lost, subs, pubs, result):
+    """What losing one node for good cost (`--lose-node`; docs/CLUSTER.md, "A node lost for
+    good"): deliveries lost to subscribers whose session was on it and to the others, how long
+    each of its subscribers went without a session (kill to the next CONNACK, which says
+    Session Present 0), and the QoS 2 duplicates of publishers that were on it."""
+    on_it = set(lost["sessions_on_it"])
+    cost = {"lost_to_its_subscribers": {1: 0, 2: 0}, "lost_to_other_subscribers": {1: 0, 2: 0},
+            "qos2_duplicates_from_its_publishers": 0, "qos2_duplicates_from_other_publishers": 0}
+    for r in result["per_subscriber"]:
+        key = "lost_to_its_subscribers" if r["subscriber"] in on_it else "lost_to_other_subscribers"
+        cost[key][r["qos"]] += r["lost"]
+        if r["qos"] == 2:
+            dkey = ("qos2_duplicates_from_its_publishers" if r["publisher"] in on_it
+                    else "qos2_duplicates_from_other_publishers")
+            cost[dkey] += r["duplicates"]
+    without_session = {}
+    for c in subs + pubs:
+        if c.client_id not in on_it:
+            continue
+        after = [(t, what, where) for t, what, where in c.events
+                 if t > lost["at"] and what == "connected"]
+        if after:
+            t, _, where = after[0]
+            without_session[c.client_id] = {"seconds": round(t - lost["at"], 2), "connected": where}
+    lost.update(cost)
+    lost["reconnected_after"] = without_session
+    log(f"lost node {lost['node']}: {cost}; reconnected after {without_session}")
+    return lost
 
 
 def ranges_of(subscriber, publisher, lost):

@@ -22,9 +22,12 @@ pub(crate) struct MarkBoard {
     pending: Mutex<HashMap<Arc<str>, Posted>>,
     changed: watch::Sender<u64>,
     /// Sessions that marked when their client subscribed (`fence`), by client identifier,
-    /// with the claim's `at`.
-    fenced: Mutex<HashMap<Arc<str>, u64>>,
+    /// with the claim's `at` and the nodes the fence was for.
+    fenced: Mutex<HashMap<Arc<str>, Fenced>>,
 }
+
+/// A fence run here: its claim's `at`, and the nodes it was for.
+type Fenced = (u64, Vec<Arc<str>>);
 
 /// Marks waiting for one node's link, with when they were posted.
 type Posted = Vec<(Mark, Instant)>;
@@ -61,15 +64,20 @@ impl MarkBoard {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Whether `client_id`'s session here marked for the claim `at` when it subscribed (and
-    /// forgets it).
-    fn take_fenced(&self, client_id: &str, at: u64) -> bool {
+    /// Whether `client_id`'s session here marked, when it subscribed, for the claim `at` or a
+    /// later one whose fence was for node `old` (and forgets it). A later claim's fence covers
+    /// `old`'s late answer to an earlier claim of the same client here: every node marked for
+    /// `old` when the client subscribed, so `old` relays only what came before
+    /// (`docs/CLUSTER.md`, "A fence of a later claim").
+    fn take_fenced(&self, client_id: &str, at: u64, old: &str) -> bool {
         let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
-        if fenced.get(client_id) == Some(&at) {
+        let covered = fenced
+            .get(client_id)
+            .is_some_and(|(fence_at, away)| *fence_at >= at && away.iter().any(|n| &**n == old));
+        if covered {
             fenced.remove(client_id);
-            return true;
         }
-        false
+        covered
     }
 
     /// The marks waiting to be published on `node`, those younger than `max_age`.
@@ -107,7 +115,7 @@ pub(crate) fn take_over(
     let Some(mut handed) = answer.handed.take() else {
         if answer.origin.is_none() {
             routes.fence_answered(&answer.client_id, old);
-            ctx.marks.take_fenced(&answer.client_id, answer.at);
+            ctx.marks.take_fenced(&answer.client_id, answer.at, old);
         }
         return;
     };
@@ -129,7 +137,7 @@ pub(crate) fn take_over(
         false
     } else {
         routes.fence_answered(&answer.client_id, old);
-        ctx.marks.take_fenced(&answer.client_id, answer.at)
+        ctx.marks.take_fenced(&answer.client_id, answer.at, old)
     };
     let relaying_for = std::mem::take(&mut handed.relaying_for);
     let published = handed.published;
@@ -335,7 +343,7 @@ pub(crate) fn post_fence(ctx: &LinkContext, client_id: &Arc<str>, fence: &Fence,
         .fenced
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(client_id.clone(), at);
+        .insert(client_id.clone(), (at, fence.away.clone()));
 }
 
 /// A mark arrived on the link from `from`: for a session this node handed over (it may stop
@@ -353,11 +361,12 @@ pub(crate) fn on_mark(
     let at = Arrival::from_nanos(mark.at);
     tracing::debug!(%from, client_id = %mark.client_id, old = %mark.old, new = %mark.new, at = mark.at, "cluster_mark_received");
     if mark.old == ctx.self_name {
-        if let Some(to) = ctx
-            .broker
-            .relay_marked(&mark.client_id, from, at, now, wake)
+        if let Some((to, relay_at)) =
+            ctx.broker
+                .relay_marked(&mark.client_id, from, (at, &mark.new), now, wake)
         {
-            queue_relay_end(&ctx.broker, &to, &mark.client_id, from, mark.at, now, wake);
+            let relay_at = relay_at.as_nanos();
+            queue_relay_end(&ctx.broker, &to, &mark.client_id, from, relay_at, now, wake);
         }
     } else if mark.new == ctx.self_name {
         ctx.routes.unsuppress(&mark.client_id, at, from);
@@ -531,4 +540,32 @@ fn queue_relay_end(
 ) {
     let message = crate::control::relay_end_message(client_id, node, at);
     queue_for_node(broker, to, message, QoS::AtLeastOnce, now, wake);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fence covers the answer of a node it was for, to its own claim or an earlier one of
+    /// the same client here (`docs/CLUSTER.md`, "A fence of a later claim"), once.
+    #[test]
+    fn a_fence_covers_its_nodes_answers_to_its_claim_or_an_earlier_one() {
+        let board = MarkBoard::new();
+        let fence = |at| (at, vec![Arc::<str>::from("n3")]);
+        let fenced = |client: &str, entry: Fenced| {
+            board
+                .fenced
+                .lock()
+                .unwrap()
+                .insert(Arc::from(client), entry);
+        };
+        fenced("c", fence(2_000));
+        assert!(!board.take_fenced("c", 1_000, "n1"), "n1 was asked");
+        assert!(!board.take_fenced("c", 3_000, "n3"), "a later claim");
+        assert!(board.take_fenced("c", 1_000, "n3"), "an earlier claim");
+        assert!(!board.take_fenced("c", 2_000, "n3"), "once");
+        fenced("d", fence(2_000));
+        assert!(board.take_fenced("d", 2_000, "n3"), "its own claim");
+        assert!(!board.take_fenced("e", 2_000, "n3"));
+    }
 }

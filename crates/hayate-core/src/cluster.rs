@@ -384,12 +384,13 @@ impl ClusterRoutes {
     }
 
     /// The nodes whose copies `client_id`'s session here does not take now for the take-over
-    /// `at`.
+    /// `at` or a later claim (the marks of a later claim's fence, which came while the session
+    /// was still here, count for an earlier claim answered now).
     pub fn suppressed_nodes(&self, client_id: &str, at: Arrival) -> Vec<Arc<str>> {
         self.suppressed
             .lock()
             .iter()
-            .filter(|s| &*s.client_id == client_id && s.at == at)
+            .filter(|s| &*s.client_id == client_id && s.at >= at)
             .flat_map(|s| s.nodes.iter().cloned())
             .collect()
     }

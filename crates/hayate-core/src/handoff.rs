@@ -293,25 +293,31 @@ impl Broker {
     }
 
     /// Node `node` marked the end of what it had forwarded here for `client_id`'s session,
-    /// handed over on the claim made `at`: once every node has, the session stops relaying and
-    /// ends. A mark of another take-over (late, from before this node was away) counts not.
+    /// handed over on the claim made `at` by node `new`: once every node has, the session stops
+    /// relaying and ends. A mark of an earlier take-over (late, from before this node was away)
+    /// counts not; a mark of a later claim by the node the session went to counts (its client
+    /// connected there again while this node was away, and subscribed: a fence; what `node`
+    /// forwards from then on reaches that node's session directly, `docs/CLUSTER.md`, "A
+    /// fence of a later claim").
     ///
     /// A mark for a session still here (not handed over yet: the claimant started a new one
     /// without it, and marks as it subscribes) keeps what `node` forwards from now on from
     /// this session, which the new one receives directly, and spares the relay the wait.
     ///
-    /// Returns the peer session of the node the session went to when this mark ended what is
-    /// relayed of `node`'s copies: everything relayed for `node` is queued there by now, and
-    /// the caller queues the end of it behind, so that the new node lets `node`'s own copies
-    /// reach the session only after those (`docs/CLUSTER.md`, "Relay after a handover").
+    /// Returns the peer session of the node the session went to, and the claim the relay is
+    /// for, when this mark ended what is relayed of `node`'s copies: everything relayed for
+    /// `node` is queued there by now, and the caller queues the end of it behind, so that the
+    /// new node lets `node`'s own copies reach the session only after those (`docs/CLUSTER.md`,
+    /// "Relay after a handover").
     pub fn relay_marked(
         &self,
         client_id: &str,
         node: &str,
-        at: Arrival,
+        mark: (Arrival, &str),
         now: Instant,
         wake: &mut WakeList,
-    ) -> Option<Arc<SessionCell>> {
+    ) -> Option<(Arc<SessionCell>, Arrival)> {
+        let (at, new) = mark;
         let cluster = self.router.cluster()?;
         let Some(cell) = cluster.relaying(client_id) else {
             let here = self
@@ -329,24 +335,30 @@ impl Broker {
             return None;
         };
         let (done, deadline, ended_for) = match &mut cell.state.lock().handover {
-            Handover::Relaying(relaying) if relaying.at == at => {
+            Handover::Relaying(relaying) if relaying.counts_mark(at, new) => {
                 let before = relaying.waiting.len();
                 relaying.waiting.retain(|name| &**name != node);
                 tracing::debug!(client_id, node, waiting = ?relaying.waiting, upstream = ?relaying.upstream, "handover_relay_mark");
-                let ended_for = (relaying.waiting.len() < before).then(|| relaying.to.clone());
+                let ended_for =
+                    (relaying.waiting.len() < before).then(|| (relaying.to.clone(), relaying.at));
                 (
                     relaying.waiting.is_empty() && relaying.upstream.is_empty(),
-                    Some(relaying.deadline),
+                    Some((relaying.deadline, relaying.at)),
                     ended_for,
                 )
             }
             Handover::Relaying(_) => (false, None, None),
             _ => (true, None, None),
         };
-        if let (false, Some(deadline)) = (done, deadline) {
+        if let (false, Some((deadline, relay_at))) = (done, deadline) {
             // What `node` forwards after its mark reaches the new node directly: relayed too,
             // it would arrive twice while other nodes' marks are still on their way.
-            cluster.suppress(Arc::from(client_id), at, vec![Arc::from(node)], deadline);
+            cluster.suppress(
+                Arc::from(client_id),
+                relay_at,
+                vec![Arc::from(node)],
+                deadline,
+            );
         }
         if done {
             self.end_relay(&cell, now, wake);

@@ -120,6 +120,23 @@ pub struct Relaying {
     pub at: hayate_session::Arrival,
 }
 
+impl Relaying {
+    /// Whether a mark of the claim made `at` by node `new` counts for this relay: one of its
+    /// own claim, or of a later claim by the node the session went to (its client connected
+    /// there again and subscribed while this node was away: the fence of that claim marks
+    /// from when the other nodes' copies reach its session there directly).
+    pub fn counts_mark(&self, at: hayate_session::Arrival, new: &str) -> bool {
+        at == self.at
+            || (at.is_known()
+                && at > self.at
+                && self
+                    .to
+                    .client_id
+                    .strip_prefix(crate::cluster::PEER_CLIENT_PREFIX)
+                    == Some(new))
+    }
+}
+
 /// A CONNACK held until the other nodes answered the claim (`Channel::poll_handover`).
 #[derive(Debug)]
 pub struct AwaitedHandover {

@@ -7,37 +7,10 @@
 use hayate_codec::{Packet, QoS, SubscriptionOptions};
 use hayate_core::handoff::{Claiming, HandedOver};
 use hayate_core::registry::SubscriptionRecord;
-use hayate_core::{Arrival, CloseReason, ListenerInfo, ListenerRole};
-use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
+use hayate_core::{Arrival, CloseReason};
+use hayate_testkit::core::{CoreHarness, TestChannel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Node `name`'s peer session here (a cluster with a peer: a resumed session waits for it).
-fn peer(harness: &CoreHarness, name: &str) -> TestChannel {
-    let mut peer = harness.channel_on(ListenerInfo {
-        name: Arc::from("cluster-test"),
-        role: ListenerRole::Cluster,
-        ..ListenerInfo::default()
-    });
-    peer.connect(ConnectSpec::v5(&format!("$cluster/{name}")).session_expiry(600));
-    peer
-}
-
-/// `client_id` resumes its session here: its CONNACK waits for the other nodes.
-fn resume(harness: &CoreHarness, client_id: &str) -> TestChannel {
-    let mut client = harness.channel();
-    client
-        .send(Packet::Connect(Box::new(
-            ConnectSpec::v5(client_id)
-                .clean_start(false)
-                .session_expiry(600)
-                .into(),
-        )))
-        .unwrap();
-    client.poll_transmit().unwrap();
-    assert!(client.received().is_empty(), "CONNACK waits");
-    client
-}
 
 /// What another node's claim of `client_id` got, once answered: `Some(None)` when nothing was
 /// here to hand over.
@@ -77,8 +50,8 @@ fn claimed_while_waiting(
     client_id: &'static str,
 ) -> (CoreHarness, TestChannel, TestChannel, Answer) {
     let (harness, _routes) = CoreHarness::clustered();
-    let n2 = peer(&harness, "n2");
-    let client = resume(&harness, client_id);
+    let n2 = harness.peer("n2", &[]);
+    let client = harness.resume_waiting(client_id);
     let answer = claim(&harness, client_id);
     (harness, n2, client, answer)
 }

@@ -5,39 +5,11 @@
 //! here nor, handed on, to the node where it connects next.
 
 use hayate_codec::{Packet, QoS, SubscriptionOptions};
-use hayate_core::handoff::{Claiming, HandedOver};
+use hayate_core::handoff::HandedOver;
 use hayate_core::registry::SubscriptionRecord;
-use hayate_core::{Arrival, ListenerInfo, ListenerRole};
-use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
-use std::sync::Arc;
+use hayate_core::Arrival;
+use hayate_testkit::core::{CoreHarness, TestChannel};
 use std::time::Duration;
-
-/// Node `name`'s peer session here (a cluster with a peer: a resumed session waits for it).
-fn peer(harness: &CoreHarness, name: &str) -> TestChannel {
-    let mut peer = harness.channel_on(ListenerInfo {
-        name: Arc::from("cluster-test"),
-        role: ListenerRole::Cluster,
-        ..ListenerInfo::default()
-    });
-    peer.connect(ConnectSpec::v5(&format!("$cluster/{name}")).session_expiry(600));
-    peer
-}
-
-/// `client_id` resumes its session here: its CONNACK waits for the other nodes.
-fn resume(harness: &CoreHarness, client_id: &str) -> TestChannel {
-    let mut client = harness.channel();
-    client
-        .send(Packet::Connect(Box::new(
-            ConnectSpec::v5(client_id)
-                .clean_start(false)
-                .session_expiry(600)
-                .into(),
-        )))
-        .unwrap();
-    client.poll_transmit().unwrap();
-    assert!(client.received().is_empty(), "CONNACK waits");
-    client
-}
 
 /// The CONNACK's Session Present, once the wait is over (at its 3 s deadline at the latest).
 fn session_present(harness: &CoreHarness, client: &mut TestChannel) -> bool {
@@ -57,25 +29,14 @@ fn session_present(harness: &CoreHarness, client: &mut TestChannel) -> bool {
 fn claim(harness: &CoreHarness, client_id: &str) -> HandedOver {
     let mut wake = Vec::new();
     harness
-        .broker
-        .hand_over(
-            client_id,
-            Claiming {
-                clean_start: false,
-                at: Arrival::UNKNOWN,
-                to: None,
-                upstream: Vec::new(),
-            },
-            harness.now(),
-            &mut wake,
-        )
+        .hand_over(client_id, Arrival::UNKNOWN, None, &mut wake)
         .expect("a session here")
 }
 
 /// The client connected, waited, and left before its CONNACK (paho gives up after its
 /// keep-alive); the cluster then gave up waiting too.
 fn waited_and_left(harness: &CoreHarness, client_id: &str) {
-    let mut client = resume(harness, client_id);
+    let mut client = harness.resume_waiting(client_id);
     client.finish();
     harness.broker.release_handover(client_id);
 }
@@ -98,7 +59,7 @@ fn subscription(filter: &str) -> HandedOver {
 #[test]
 fn an_empty_session_made_only_to_wait_is_handed_on_as_none() {
     let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
+    let _n2 = harness.peer("n2", &[]);
     waited_and_left(&harness, "gone");
 
     let handed = claim(&harness, "gone");
@@ -115,10 +76,10 @@ fn an_empty_session_made_only_to_wait_is_handed_on_as_none() {
 #[test]
 fn back_on_the_same_node_an_empty_session_made_only_to_wait_is_not_present() {
     let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
+    let _n2 = harness.peer("n2", &[]);
     waited_and_left(&harness, "again");
 
-    let mut client = resume(&harness, "again");
+    let mut client = harness.resume_waiting("again");
     assert!(!session_present(&harness, &mut client));
     // Told now (Session Present 0, a new session): handed on, it counts.
     client.finish();
@@ -132,8 +93,8 @@ fn back_on_the_same_node_an_empty_session_made_only_to_wait_is_not_present() {
 #[test]
 fn a_session_another_node_handed_into_the_wait_is_present() {
     let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
-    let mut client = resume(&harness, "kept");
+    let _n2 = harness.peer("n2", &[]);
+    let mut client = harness.resume_waiting("kept");
     let mut wake = Vec::new();
     assert!(harness
         .broker
@@ -146,13 +107,13 @@ fn a_session_another_node_handed_into_the_wait_is_present() {
     assert!(handed.counts_as_present(), "n2 had a session, empty or not");
 
     // The same on this node's next connection.
-    let mut client = resume(&harness, "kept-here");
+    let mut client = harness.resume_waiting("kept-here");
     assert!(harness
         .broker
         .take_over("kept-here", subscription("t/#"), harness.now(), &mut wake));
     client.finish();
     harness.broker.release_handover("kept-here");
-    let mut client = resume(&harness, "kept-here");
+    let mut client = harness.resume_waiting("kept-here");
     assert!(session_present(&harness, &mut client));
 }
 
@@ -161,8 +122,8 @@ fn a_session_another_node_handed_into_the_wait_is_present() {
 #[test]
 fn a_session_told_with_its_connack_is_present_when_empty() {
     let (harness, _routes) = CoreHarness::clustered();
-    let _n2 = peer(&harness, "n2");
-    let mut client = resume(&harness, "told");
+    let _n2 = harness.peer("n2", &[]);
+    let mut client = harness.resume_waiting("told");
     assert!(!session_present(&harness, &mut client), "new");
     client.finish();
 

@@ -353,6 +353,49 @@ pub async fn publish_numbered(
     }
 }
 
+/// How often each payload arrived (`publish_numbered`'s `m-N` and the like): what never came,
+/// what came more than once.
+#[derive(Debug)]
+pub struct Tally<'a> {
+    seen: std::collections::HashMap<&'a str, u32>,
+}
+
+impl<'a> Tally<'a> {
+    /// Counts `got`.
+    pub fn of(got: &'a [String]) -> Tally<'a> {
+        let mut seen = std::collections::HashMap::new();
+        for payload in got {
+            *seen.entry(payload.as_str()).or_default() += 1;
+        }
+        Tally { seen }
+    }
+
+    /// Different payloads received.
+    pub fn distinct(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Payloads received more than once, sorted.
+    pub fn twice(&self) -> Vec<&'a str> {
+        let mut twice: Vec<&str> = self
+            .seen
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(p, _)| *p)
+            .collect();
+        twice.sort_unstable();
+        twice
+    }
+
+    /// Of `m-0` .. `m-{total - 1}`, those never received, in order.
+    pub fn missing(&self, total: u16) -> Vec<String> {
+        (0..total)
+            .map(|i| format!("m-{i}"))
+            .filter(|p| !self.seen.contains_key(p.as_str()))
+            .collect()
+    }
+}
+
 /// How many first copies of `m-N` came after a higher N (the soak's "reordered").
 pub fn reordered_first_copies(got: &[String]) -> usize {
     let mut seen = std::collections::HashSet::new();

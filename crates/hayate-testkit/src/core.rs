@@ -23,9 +23,10 @@ use hayate_codec::{
     decode, encode, ConnAck, Connect, Packet, PacketId, Properties, ProtocolVersion, PubResp,
     Publish, QoS, Subscribe, SubscriptionOptions, Will,
 };
+use hayate_core::handoff::{Claiming, HandedOver};
 use hayate_core::{
     Arrival, Broker, BrokerConfig, Channel, Close, ConnectionInfo, ConnectionLimits, ListenerInfo,
-    OutBuf, ReadGate, SessionCell, StaticPolicy, WakeList,
+    ListenerRole, OutBuf, ReadGate, SessionCell, StaticPolicy, WakeList,
 };
 use std::cell::Cell;
 use std::future::Future;
@@ -198,6 +199,86 @@ impl CoreHarness {
     /// The session registered for `client_id`, if any.
     pub fn session(&self, client_id: &str) -> Option<Arc<SessionCell>> {
         self.broker.registry.get(client_id)
+    }
+
+    /// A new connection, opened now, on a listener of `role` (a cluster listener, a node's
+    /// ingress).
+    pub fn channel_with_role(&self, role: ListenerRole) -> TestChannel {
+        self.channel_on(ListenerInfo {
+            name: Arc::from("cluster-test"),
+            role,
+            ..ListenerInfo::default()
+        })
+    }
+
+    /// Node `name`'s peer session here (its link's connection, on the cluster listener),
+    /// subscribed to `filters` with their subscription identifiers as a link subscribes. In a
+    /// cluster harness, a node with a peer: a resumed client session waits for its answer.
+    pub fn peer(&self, name: &str, filters: &[(&str, u32)]) -> TestChannel {
+        let mut peer = self.channel_with_role(ListenerRole::Cluster);
+        peer.connect(ConnectSpec::v5(&format!("$cluster/{name}")).session_expiry(600));
+        for (i, (filter, id)) in filters.iter().enumerate() {
+            let subscribe = Subscribe {
+                packet_id: PacketId::new(i as u16 + 1).expect("non-zero"),
+                filters: vec![(
+                    (*filter).into(),
+                    SubscriptionOptions {
+                        qos: QoS::ExactlyOnce,
+                        no_local: false,
+                        retain_as_published: true,
+                        retain_handling: 2,
+                    },
+                )],
+                properties: Properties {
+                    subscription_identifiers: vec![*id],
+                    ..Properties::default()
+                },
+            };
+            peer.send(Packet::Subscribe(subscribe))
+                .expect("a peer session subscribes");
+        }
+        peer.received();
+        peer
+    }
+
+    /// Answers another node's claim of `client_id`'s session made `at` (not a clean start):
+    /// hands the session here over, to the peer session of node `to` here when given.
+    pub fn hand_over(
+        &self,
+        client_id: &str,
+        at: Arrival,
+        to: Option<&str>,
+        wake: &mut WakeList,
+    ) -> Option<HandedOver> {
+        let to = to.and_then(|node| self.session(&format!("$cluster/{node}")));
+        self.broker.hand_over(
+            client_id,
+            Claiming {
+                clean_start: false,
+                at,
+                to: to.as_ref(),
+                upstream: Vec::new(),
+            },
+            self.now(),
+            wake,
+        )
+    }
+
+    /// `client_id` connects and resumes its session (MQTT 5, kept 600 s) here, in a cluster
+    /// with a peer: its CONNACK waits for the other nodes' answers.
+    pub fn resume_waiting(&self, client_id: &str) -> TestChannel {
+        let mut client = self.channel();
+        client
+            .send(Packet::Connect(Box::new(
+                ConnectSpec::v5(client_id)
+                    .clean_start(false)
+                    .session_expiry(600)
+                    .into(),
+            )))
+            .expect("CONNECT accepted");
+        client.poll_transmit().expect("open");
+        assert!(client.received().is_empty(), "CONNACK waits");
+        client
     }
 }
 

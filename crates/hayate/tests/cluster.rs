@@ -7,7 +7,7 @@
 use hayate_codec::{Packet, QoS};
 use hayate_testkit::cluster::{
     await_route, connect_persistent, drain, payloads, publish_numbered, reordered_first_copies,
-    Cluster, Node,
+    Cluster, Node, Tally,
 };
 use hayate_testkit::{RawClient, Received};
 use std::path::Path;
@@ -415,19 +415,8 @@ async fn moved_during_a_restart(publisher_on: usize) {
         ));
     }
     got.retain(|p| p != "probe");
-    let mut seen = std::collections::HashMap::<&str, u32>::new();
-    for payload in &got {
-        *seen.entry(payload.as_str()).or_default() += 1;
-    }
-    let missing: Vec<String> = (0..TOTAL)
-        .map(|i| format!("m-{i}"))
-        .filter(|p| !seen.contains_key(p.as_str()))
-        .collect();
-    let twice: Vec<&str> = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(p, _)| *p)
-        .collect();
+    let tally = Tally::of(&got);
+    let (missing, twice) = (tally.missing(TOTAL), tally.twice());
     assert!(
         missing.is_empty(),
         "lost {} of {TOTAL}: {missing:?}; n1:\n{}",

@@ -6,6 +6,7 @@
 use hayate_codec::QoS;
 use hayate_testkit::cluster::{
     await_route, cluster_config, connect_persistent, drain, payloads, publish_numbered, Cluster,
+    Tally,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,24 +21,6 @@ fn bin() -> &'static Path {
 fn no_wait_config(dir: &Path) -> String {
     let path = cluster_config(dir, "lost_node_wait_secs = 0");
     path.to_str().expect("a UTF-8 temp path").to_string()
-}
-
-/// Counts, of `m-0` .. `m-{total - 1}`, those never received and those received more than once.
-fn missing_and_twice(got: &[String], total: u16) -> (Vec<String>, Vec<String>) {
-    let mut seen = std::collections::HashMap::<&str, u32>::new();
-    for payload in got {
-        *seen.entry(payload.as_str()).or_default() += 1;
-    }
-    let missing = (0..total)
-        .map(|i| format!("m-{i}"))
-        .filter(|p| !seen.contains_key(p.as_str()))
-        .collect();
-    let twice = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(p, _)| p.to_string())
-        .collect();
-    (missing, twice)
 }
 
 /// What a client of a killed node gets when it resumes its session on another node at once
@@ -182,7 +165,8 @@ async fn new_session_while_its_node_is_away(away: Away, total: u16) -> (Cluster,
 
 /// Asserts that `got` has each of `m-0` .. `m-{total - 1}` exactly once.
 fn assert_each_once(cluster: &Cluster, got: &[String], total: u16) {
-    let (missing, twice) = missing_and_twice(got, total);
+    let tally = Tally::of(got);
+    let (missing, twice) = (tally.missing(total), tally.twice());
     assert!(
         missing.is_empty() && twice.is_empty(),
         "lost {} {:?}, twice {} {:?}; n1:\n{}\nn2:\n{}\nn3:\n{}",

@@ -4,7 +4,7 @@
 use hayate_codec::QoS;
 use hayate_testkit::cluster::{
     await_route, connect_persistent, drain, payloads, publish_numbered, reordered_first_copies,
-    Cluster,
+    Cluster, Tally,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -67,15 +67,10 @@ async fn a_publisher_that_moves_while_its_subscribers_node_is_away_stays_in_orde
     let mut got = receiving.await.unwrap();
     got.retain(|p| p != "probe");
 
-    let mut seen = std::collections::HashMap::<&str, u32>::new();
-    for payload in &got {
-        *seen.entry(payload.as_str()).or_default() += 1;
-    }
-    let missing: Vec<u16> = (0..TOTAL)
-        .filter(|i| !seen.contains_key(format!("m-{i}").as_str()))
-        .collect();
-    let (first_missing, missing) = (missing.first().copied(), missing.len());
-    let twice = seen.values().filter(|n| **n > 1).count();
+    let tally = Tally::of(&got);
+    let missing = tally.missing(TOTAL);
+    let (first_missing, missing) = (missing.first().cloned(), missing.len());
+    let twice = tally.twice().len();
     let logs = || {
         (0..3)
             .map(|i| format!("n{}:\n{}", i + 1, cluster.nodes[i].log_text()))
@@ -85,7 +80,7 @@ async fn a_publisher_that_moves_while_its_subscribers_node_is_away_stays_in_orde
     assert_eq!(
         missing,
         0,
-        "lost {missing} of {TOTAL} (from m-{first_missing:?})\n{}",
+        "lost {missing} of {TOTAL} (from {first_missing:?})\n{}",
         logs()
     );
     assert_eq!(twice, 0, "{twice} of {TOTAL} delivered twice\n{}", logs());

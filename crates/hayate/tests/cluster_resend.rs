@@ -4,7 +4,7 @@
 
 use hayate_codec::{Packet, PacketId, PubResp, QoS};
 use hayate_testkit::cluster::{
-    await_route, connect_persistent, drain, drain_at_most, payloads, Cluster,
+    await_route, connect_persistent, drain, drain_at_most, payloads, Cluster, Tally,
 };
 use hayate_testkit::{publish_packet, RawClient, Received};
 use std::path::Path;
@@ -99,16 +99,8 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
     }
     got.retain(|p| p != "probe");
 
-    let mut seen = std::collections::HashMap::<&str, u32>::new();
-    for payload in &got {
-        *seen.entry(payload.as_str()).or_default() += 1;
-    }
-    let mut twice: Vec<&str> = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(p, _)| *p)
-        .collect();
-    twice.sort_unstable();
+    let tally = Tally::of(&got);
+    let twice = tally.twice();
     let logs = || {
         (0..2)
             .map(|i| format!("n{}:\n{}", i + 1, cluster.nodes[i].log_text()))
@@ -120,7 +112,7 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
         "{} received, {received_before_kill} before the kill, {} distinct; n2 dropped answers \
          for an earlier connection {} times, routed a resend {} times",
         got.len(),
-        seen.len(),
+        tally.distinct(),
         n2.matches("cluster_answer_for_earlier_connection_dropped")
             .count(),
         n2.matches("known=false").count(),
@@ -134,7 +126,7 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
         twice.is_empty(),
         "{} of {} delivered twice (first {:?})\n{}",
         twice.len(),
-        seen.len(),
+        tally.distinct(),
         twice.first(),
         logs()
     );
