@@ -91,13 +91,17 @@ async fn a_client_of_a_killed_node_waits_for_it_and_resumes_its_session() {
 
 /// How n1 is away while its client starts a new session on n2 (with `lost_node_wait_secs =
 /// 0`), and how it comes back.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Away {
     /// Killed with SIGKILL, then restarted: n2 finds it away at the claim.
     Killed,
     /// Frozen with SIGSTOP, then thawed: its link looks up, so n2 asks it, and it cannot
     /// answer before the CONNACK goes out.
     Frozen,
+    /// Killed, and the client claims its session on n2 twice: its first connection there
+    /// leaves before subscribing, its second subscribes (the fence is the second claim's).
+    /// n1, back, answers the first claim first.
+    KilledClaimedTwice,
 }
 
 /// A client of n1 subscribes there; n1 goes away (`away`); the client connects to n2, gets
@@ -116,21 +120,28 @@ async fn new_session_while_its_node_is_away(away: Away, total: u16) -> (Cluster,
     await_route(&mut publisher, &mut sub, "roll/probe").await;
 
     match away {
-        Away::Killed => cluster.nodes[0].kill(),
+        Away::Killed | Away::KilledClaimedTwice => cluster.nodes[0].kill(),
         Away::Frozen => cluster.nodes[0].freeze(),
     }
     drop(sub);
+    if away == Away::KilledClaimedTwice {
+        let (first, connack) = connect_as(cluster.nodes[1].mqtt).await;
+        assert!(!connack.session_present, "n1 is away");
+        first.drop_connection().await;
+    }
     let (mut moved, connack) = connect_as(cluster.nodes[1].mqtt).await;
-    assert!(
-        !connack.session_present,
-        "n1 is away: nobody answered with the session"
-    );
+    if away != Away::KilledClaimedTwice {
+        assert!(
+            !connack.session_present,
+            "n1 is away: nobody answered with the session"
+        );
+    }
     moved.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
     await_route(&mut publisher, &mut moved, "roll/probe").await;
     // Routed to the new session and to n1's queue.
     publish_numbered(&mut publisher, 0..total / 2, Duration::ZERO).await;
     match away {
-        Away::Killed => {
+        Away::Killed | Away::KilledClaimedTwice => {
             cluster.nodes[0].restart();
             cluster.nodes[0].wait_listening().await;
         }
@@ -191,6 +202,19 @@ fn assert_each_once(cluster: &Cluster, got: &[String], total: u16) {
 async fn a_session_restarted_while_its_node_was_dead_gets_nothing_twice_when_merged() {
     const TOTAL: u16 = 1_000;
     let (cluster, got) = new_session_while_its_node_is_away(Away::Killed, TOTAL).await;
+    assert_each_once(&cluster, &got, TOTAL);
+}
+
+/// The same with two claims on n2 before the client subscribes (docs/CLUSTER.md, "A fence of
+/// a later claim"): n1, back, answers the first claim and relays for it, and the marks of the
+/// second claim's fence count for that relay; n2 takes the answer to the first claim as
+/// covered by its fence. Before, n1 relayed what followed those marks too (delivered twice)
+/// and n2 kept n3's copies from the session while n1 no longer relayed them (lost): the
+/// long-down soak of `bad573a`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_claims_fence_covers_the_answer_to_an_earlier_claim() {
+    const TOTAL: u16 = 1_000;
+    let (cluster, got) = new_session_while_its_node_is_away(Away::KilledClaimedTwice, TOTAL).await;
     assert_each_once(&cluster, &got, TOTAL);
 }
 
