@@ -345,7 +345,7 @@ pub(crate) fn answer_message(
     Message::new(
         SESSION_TOPIC.into(),
         payload.freeze(),
-        QoS::ExactlyOnce,
+        QoS::AtLeastOnce,
         false,
         Properties {
             user_properties,
@@ -647,11 +647,7 @@ pub(crate) fn answer_claim(
         match peer {
             Some(peer) => {
                 let message = session_message(claim, handed.as_ref(), &upstream_marks, now);
-                // QoS 2: with a store, the peer session sends it only once the store has
-                // written it, and so everything appended before it, the session's removal
-                // included. A node killed just after answering does not restore the session it
-                // handed over (`docs/CLUSTER.md`, "A handover outlives a kill").
-                queue_for_node(broker, &peer, message, QoS::ExactlyOnce, now, &mut wake);
+                queue_for_node(broker, &peer, message, QoS::AtLeastOnce, now, &mut wake);
             }
             None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
         }

@@ -160,11 +160,11 @@ pub(crate) fn take_over(
         .filter(|node| node != old && node != self_name)
         .collect();
     let _switch = routes.exclusive();
-    if let Some(session) = broker.registry.get(&client_id).filter(|_| relayed) {
+    if relayed {
         // Half the old node's relay deadline: should a mark never come back, copies arrive
         // twice for a while rather than not at all.
         routes.suppress(
-            &session,
+            client_id.clone(),
             at,
             others.clone(),
             now + routes.relay_timeout() / 2,
@@ -306,9 +306,12 @@ pub(crate) fn run_fence(
         return;
     };
     let others = others_than(routes, &fence.away, self_name);
-    if let Some(session) = broker.registry.get(client_id) {
-        routes.suppress(&session, fence.at, others, now + routes.relay_timeout() / 2);
-    }
+    routes.suppress(
+        client_id.clone(),
+        fence.at,
+        others,
+        now + routes.relay_timeout() / 2,
+    );
     for old in &fence.away {
         let mark = Mark {
             client_id: client_id.clone(),

@@ -193,8 +193,6 @@ pub struct ClusterRoutes {
 #[derive(Debug)]
 struct Suppression {
     client_id: Arc<str>,
-    /// The session (`SessionCell::id`).
-    cell: u64,
     at: Arrival,
     nodes: Vec<Arc<str>>,
     until: std::time::Instant,
@@ -320,7 +318,7 @@ impl ClusterRoutes {
             scope.except = suppressed
                 .iter()
                 .filter(|s| s.nodes.iter().any(|n| &**n == node))
-                .map(|s| s.cell)
+                .map(|s| s.client_id.clone())
                 .collect();
             if suppressed.is_empty() {
                 self.suppressing
@@ -330,16 +328,14 @@ impl ClusterRoutes {
         scope
     }
 
-    /// The session `cell` here is about to take over its client's session from another node
-    /// (the claim made `at`), which relays what each of `nodes` forwarded it until that node's
+    /// `client_id`'s session here is about to take over its session from another node (the
+    /// claim made `at`), which relays what each of `nodes` forwarded it until that node's
     /// mark: until the same mark comes back here ([`ClusterRoutes::unsuppress`]) or `until`,
     /// what those nodes forward here does not reach the session, so nothing arrives twice
-    /// (`docs/CLUSTER.md`, "Relay after a handover"). Also for a session here that relays (or
-    /// will) to another node, for the nodes that marked. Per session: another session of the
-    /// same client here (new, while the old one relays) is not affected.
+    /// (`docs/CLUSTER.md`, "Relay after a handover").
     pub fn suppress(
         &self,
-        cell: &SessionCell,
+        client_id: Arc<str>,
         at: Arrival,
         nodes: Vec<Arc<str>>,
         until: std::time::Instant,
@@ -347,11 +343,10 @@ impl ClusterRoutes {
         if nodes.is_empty() {
             return;
         }
-        let client_id = cell.client_id.clone();
         let mut suppressed = self.suppressed.lock();
         match suppressed
             .iter_mut()
-            .find(|s| s.cell == cell.id && s.at == at)
+            .find(|s| s.client_id == client_id && s.at == at)
         {
             Some(same) => {
                 for node in nodes {
@@ -362,10 +357,9 @@ impl ClusterRoutes {
                 same.until = same.until.max(until);
             }
             None => {
-                suppressed.retain(|s| s.cell != cell.id);
+                suppressed.retain(|s| s.client_id != client_id);
                 suppressed.push(Suppression {
                     client_id,
-                    cell: cell.id,
                     at,
                     nodes,
                     until,
@@ -389,22 +383,24 @@ impl ClusterRoutes {
         suppressed.retain(|s| !s.nodes.is_empty());
     }
 
-    /// The nodes whose copies the session `cell` here does not take now for the take-over
+    /// The nodes whose copies `client_id`'s session here does not take now for the take-over
     /// `at` or a later claim (the marks of a later claim's fence, which came while the session
     /// was still here, count for an earlier claim answered now).
-    pub fn suppressed_nodes(&self, cell: &SessionCell, at: Arrival) -> Vec<Arc<str>> {
+    pub fn suppressed_nodes(&self, client_id: &str, at: Arrival) -> Vec<Arc<str>> {
         self.suppressed
             .lock()
             .iter()
-            .filter(|s| s.cell == cell.id && s.at >= at)
+            .filter(|s| &*s.client_id == client_id && s.at >= at)
             .flat_map(|s| s.nodes.iter().cloned())
             .collect()
     }
 
-    /// Forgets every suppression of the session `cell` (its client connected to it again, or
-    /// it stopped relaying). Another session of the same client here keeps its own.
-    pub fn clear_suppression(&self, cell: &SessionCell) {
-        self.suppressed.lock().retain(|s| s.cell != cell.id);
+    /// Forgets every suppression for `client_id` (it connected here again, or its session
+    /// stopped relaying).
+    pub fn clear_suppression(&self, client_id: &str) {
+        self.suppressed
+            .lock()
+            .retain(|s| &*s.client_id != client_id);
     }
 
     /// A client subscription to `filter` was added.

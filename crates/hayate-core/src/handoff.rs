@@ -158,7 +158,7 @@ impl Broker {
             (Some(cluster), Some(to)) if !clean_start && cluster.relays_enabled() => {
                 Some(Relaying {
                     to: to.clone(),
-                    waiting: relay_waiting(cluster, to, &cell, claimed_at),
+                    waiting: relay_waiting(cluster, to, client_id, claimed_at),
                     upstream,
                     deadline: now + cluster.relay_timeout(),
                     at: claimed_at,
@@ -323,10 +323,10 @@ impl Broker {
             let here = self
                 .registry
                 .get(client_id)
-                .filter(|cell| cell.kind == SessionKind::Client);
-            if let Some(here) = here.filter(|_| at.is_known()) {
+                .is_some_and(|cell| cell.kind == SessionKind::Client);
+            if here && at.is_known() {
                 cluster.suppress(
-                    &here,
+                    Arc::from(client_id),
                     at,
                     vec![Arc::from(node)],
                     now + cluster.relay_timeout(),
@@ -353,7 +353,12 @@ impl Broker {
         if let (false, Some((deadline, relay_at))) = (done, deadline) {
             // What `node` forwards after its mark reaches the new node directly: relayed too,
             // it would arrive twice while other nodes' marks are still on their way.
-            cluster.suppress(&cell, relay_at, vec![Arc::from(node)], deadline);
+            cluster.suppress(
+                Arc::from(client_id),
+                relay_at,
+                vec![Arc::from(node)],
+                deadline,
+            );
         }
         if done {
             self.end_relay(&cell, now, wake);
@@ -416,7 +421,7 @@ impl Broker {
     fn end_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
         if let Some(cluster) = self.router.cluster() {
             cluster.relay_ended(&cell.client_id, cell);
-            cluster.clear_suppression(cell);
+            cluster.clear_suppression(&cell.client_id);
         }
         cell.state.lock().handover = Handover::Settled;
         self.end_session(cell, now, wake);
@@ -614,10 +619,10 @@ fn is_shared(filter: &str) -> bool {
 fn relay_waiting(
     cluster: &ClusterRoutes,
     to: &SessionCell,
-    cell: &SessionCell,
+    client_id: &str,
     at: Arrival,
 ) -> Vec<Arc<str>> {
-    let marked = cluster.suppressed_nodes(cell, at);
+    let marked = cluster.suppressed_nodes(client_id, at);
     let mut waiting = cluster.nodes();
     waiting.retain(|node| !marked.contains(node));
     // The claimant marks when it takes the session over, unless it marked already (a fence:

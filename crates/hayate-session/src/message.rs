@@ -62,12 +62,9 @@ pub struct PeerScope {
     pub plain: bool,
     /// For one member of each of these shared groups (full `$share/GROUP/FILTER` text).
     pub groups: Vec<Arc<str>>,
-    /// Sessions of this node it must not reach, by session id (sessions just taken over from
-    /// another node, which relays what the forwarding node sent it before; sessions relaying
-    /// to another node, which receives the forwarding node's copies directly since its mark;
-    /// `docs/CLUSTER.md`). By session, not client id: a client's new session and its old one
-    /// still relaying can both be on one node.
-    pub except: Vec<u64>,
+    /// Clients of this node it must not reach (sessions just taken over from another node,
+    /// which relays what the forwarding node sent it before; `docs/CLUSTER.md`).
+    pub except: Vec<Arc<str>>,
 }
 
 /// When the bytes of a packet reached the broker: nanoseconds since the Unix epoch, from the
