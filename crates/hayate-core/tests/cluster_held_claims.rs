@@ -4,11 +4,10 @@
 //! wait brought in; the wait ends at the answers, at its deadline, or later when the cluster
 //! extends it.
 
-use hayate_codec::{Packet, QoS, SubscriptionOptions};
+use hayate_codec::Packet;
 use hayate_core::handoff::{Claiming, HandedOver};
-use hayate_core::registry::SubscriptionRecord;
 use hayate_core::{Arrival, CloseReason};
-use hayate_testkit::core::{CoreHarness, TestChannel};
+use hayate_testkit::core::{handed_subscription, CoreHarness, TestChannel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,19 +55,6 @@ fn claimed_while_waiting(
     (harness, n2, client, answer)
 }
 
-fn subscription(filter: &str) -> HandedOver {
-    HandedOver {
-        subscriptions: vec![(
-            filter.into(),
-            SubscriptionRecord {
-                options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
-                subscription_id: None,
-            },
-        )],
-        ..HandedOver::default()
-    }
-}
-
 /// The CONNACK's Session Present, if it went out, and whether the connection then closed as
 /// taken over (the held claim, answered, handed its session over).
 fn connack(client: &mut TestChannel) -> (Option<bool>, bool) {
@@ -97,9 +83,12 @@ fn a_held_claim_gets_what_the_wait_brought_in() {
         "not answered while the session waits for its own claim"
     );
     let mut wake = Vec::new();
-    assert!(harness
-        .broker
-        .take_over("mover", subscription("t/#"), harness.now(), &mut wake));
+    assert!(harness.broker.take_over(
+        "mover",
+        handed_subscription("t/#"),
+        harness.now(),
+        &mut wake
+    ));
     harness.broker.release_handover("mover");
 
     let handed = answer

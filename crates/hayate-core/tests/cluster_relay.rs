@@ -202,11 +202,10 @@ fn a_claimant_that_marked_before_the_handover_is_not_waited_for() {
     assert_eq!(routes.len(), 0, "n2 is not waited for");
 }
 
-/// When every node marked before the handover (the answer waited for the session's stored
-/// queue meanwhile), there is nothing left to relay: the session ends at once instead of
-/// relaying until `handover_relay_secs`.
-#[test]
-fn a_session_every_node_marked_for_ends_at_the_handover() {
+/// Client `c` subscribed here, n2 and n3 known; `marks`: n3 and n2 marked for the claim made
+/// then by n2, before the handover on `CLAIM`. Asserts the session ends at the handover,
+/// relaying nothing.
+fn every_node_marked_before_the_handover(marks: hayate_core::Arrival) {
     let (harness, routes) = relaying_harness(Duration::from_secs(30));
     let _peer2 = harness.peer("n2", &[]);
     routes.set_nodes(vec!["n2".into(), "n3".into()]);
@@ -217,13 +216,21 @@ fn a_session_every_node_marked_for_ends_at_the_handover() {
     for node in ["n3", "n2"] {
         harness
             .broker
-            .relay_marked("c", node, (CLAIM, "n2"), harness.now(), &mut wake);
+            .relay_marked("c", node, (marks, "n2"), harness.now(), &mut wake);
     }
     harness
         .hand_over("c", CLAIM, Some("n2"), &mut wake)
         .expect("a session here");
     assert_eq!(routes.len(), 0, "not relaying");
     assert_eq!(routes.relaying_count(), 0);
+}
+
+/// When every node marked before the handover (the answer waited for the session's stored
+/// queue meanwhile), there is nothing left to relay: the session ends at once instead of
+/// relaying until `handover_relay_secs`.
+#[test]
+fn a_session_every_node_marked_for_ends_at_the_handover() {
+    every_node_marked_before_the_handover(CLAIM);
 }
 
 /// A node that never marks (its link to the claiming node is down) leaves the session relaying
@@ -455,21 +462,5 @@ fn a_later_mark_for_another_node_or_an_earlier_one_counts_not() {
 /// session ends instead of relaying until `handover_relay_secs` (`handover_relay_expired`).
 #[test]
 fn a_later_claims_marks_before_the_handover_count_at_it() {
-    let (harness, routes) = relaying_harness(Duration::from_secs(30));
-    let _peer2 = harness.peer("n2", &[]);
-    routes.set_nodes(vec!["n2".into(), "n3".into()]);
-    let mut client = harness.client(ConnectSpec::v5("c").session_expiry(600));
-    client.subscribe("o/#", QoS::AtLeastOnce);
-    client.received();
-    let mut wake = Vec::new();
-    for node in ["n3", "n2"] {
-        harness
-            .broker
-            .relay_marked("c", node, (LATER_CLAIM, "n2"), harness.now(), &mut wake);
-    }
-    harness
-        .hand_over("c", CLAIM, Some("n2"), &mut wake)
-        .expect("a session here");
-    assert_eq!(routes.len(), 0, "not relaying");
-    assert_eq!(routes.relaying_count(), 0);
+    every_node_marked_before_the_handover(LATER_CLAIM);
 }

@@ -4,11 +4,10 @@
 //! any client; holding nothing, it is not present, neither to the client's next connection
 //! here nor, handed on, to the node where it connects next.
 
-use hayate_codec::{Packet, QoS, SubscriptionOptions};
+use hayate_codec::Packet;
 use hayate_core::handoff::HandedOver;
-use hayate_core::registry::SubscriptionRecord;
 use hayate_core::Arrival;
-use hayate_testkit::core::{CoreHarness, TestChannel};
+use hayate_testkit::core::{handed_subscription, CoreHarness, TestChannel};
 use std::time::Duration;
 
 /// The CONNACK's Session Present, once the wait is over (at its 3 s deadline at the latest).
@@ -39,19 +38,6 @@ fn waited_and_left(harness: &CoreHarness, client_id: &str) {
     let mut client = harness.resume_waiting(client_id);
     client.finish();
     harness.broker.release_handover(client_id);
-}
-
-fn subscription(filter: &str) -> HandedOver {
-    HandedOver {
-        subscriptions: vec![(
-            filter.into(),
-            SubscriptionRecord {
-                options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
-                subscription_id: None,
-            },
-        )],
-        ..HandedOver::default()
-    }
 }
 
 /// The soak's subscriber that did not subscribe again: told Session Present 1 by the node it
@@ -108,9 +94,12 @@ fn a_session_another_node_handed_into_the_wait_is_present() {
 
     // The same on this node's next connection.
     let mut client = harness.resume_waiting("kept-here");
-    assert!(harness
-        .broker
-        .take_over("kept-here", subscription("t/#"), harness.now(), &mut wake));
+    assert!(harness.broker.take_over(
+        "kept-here",
+        handed_subscription("t/#"),
+        harness.now(),
+        &mut wake
+    ));
     client.finish();
     harness.broker.release_handover("kept-here");
     let mut client = harness.resume_waiting("kept-here");

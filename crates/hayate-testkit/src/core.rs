@@ -282,6 +282,21 @@ impl CoreHarness {
     }
 }
 
+/// What another node hands over for a session subscribed to `filter` at QoS 1 and holding
+/// nothing else (`Broker::take_over`'s input in the cluster tests).
+pub fn handed_subscription(filter: &str) -> HandedOver {
+    HandedOver {
+        subscriptions: vec![(
+            filter.into(),
+            hayate_core::registry::SubscriptionRecord {
+                options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
+                subscription_id: None,
+            },
+        )],
+        ..HandedOver::default()
+    }
+}
+
 /// A CONNECT under construction; converts into [`Connect`].
 #[derive(Debug, Clone)]
 pub struct ConnectSpec(pub Connect);
