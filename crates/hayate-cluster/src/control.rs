@@ -647,7 +647,10 @@ pub(crate) fn answer_claim(
         match peer {
             Some(peer) => {
                 let message = session_message(claim, handed.as_ref(), &upstream_marks, now);
-                queue_for_node(broker, &peer, message, QoS::AtLeastOnce, now, &mut wake);
+                // Sent once the session's removal here is on disk (`docs/CLUSTER.md`, "A
+                // handover that outlives a kill").
+                let answer = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+                broker.deliver_behind_store(&peer, answer, now, &mut wake);
             }
             None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
         }

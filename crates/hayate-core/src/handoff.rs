@@ -248,6 +248,30 @@ impl Broker {
         Some(handed)
     }
 
+    /// Queues `delivery` (the answer to another node's claim) in that node's peer session
+    /// `peer`, to be sent only once the store holds everything appended so far: the removal of
+    /// the session just handed over ([`Broker::hand_over`]) is on disk before the claimant
+    /// takes the session, so a node killed right after answering does not restore the session
+    /// and hand it over a second time (`docs/CLUSTER.md`, "A handover that outlives a kill").
+    /// The rest of the peer session's output waits with it (one store commit). Without a
+    /// store it is queued as is.
+    pub fn deliver_behind_store(
+        &self,
+        peer: &Arc<SessionCell>,
+        delivery: Delivery,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        if let Some(attached) = self.attached() {
+            let ticket = attached.store.appended();
+            if ticket > 0 && !peer.state.lock().session.hold_output_until(ticket) {
+                tracing::debug!(client_id = %peer.client_id, "answer_not_held_session_not_stored");
+            }
+        }
+        let mut outcome = RouteOutcome::default();
+        self.router.deliver(peer, delivery, now, wake, &mut outcome);
+    }
+
     /// A session handed over starts relaying (`Handover::Relaying`): it leaves the registry
     /// and the store, its shared subscriptions and its will go as when it ends, its plain
     /// subscriptions stay in the router (and in the node's route set) until it ends.

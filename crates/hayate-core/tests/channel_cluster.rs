@@ -373,3 +373,67 @@ fn preparing_a_handover_without_a_store_is_immediate() {
     );
     assert!(done.load(std::sync::atomic::Ordering::SeqCst));
 }
+
+/// The answer to a claim leaves only once the session's removal is durable
+/// (docs/CLUSTER.md, "A handover that outlives a kill"): a node killed between the two would
+/// restore the session from its store and hand it over a second time, with everything the
+/// client received elsewhere meanwhile. The peer session's other output waits with it; once
+/// the store has written the removal, the answer goes out.
+#[test]
+fn the_answer_to_a_claim_waits_for_the_sessions_removal_on_disk() {
+    use hayate_core::store::Store as _;
+    let (harness, _) = CoreHarness::clustered();
+    let store = Arc::new(hayate_testkit::store::MemoryStore::default());
+    assert!(harness
+        .broker
+        .attach_store(store.clone(), harness.now(), 1_700_000_000_000));
+    let mut client = harness.client(ConnectSpec::v5("c").clean_start(false).session_expiry(600));
+    client.subscribe("o/#", QoS::AtLeastOnce);
+    client.finish();
+    let mut peer2 = harness.peer("n2", &[]);
+    peer2.received();
+
+    store.hold();
+    let mut wake = Vec::new();
+    harness
+        .hand_over("c", hayate_core::Arrival::UNKNOWN, Some("n2"), &mut wake)
+        .expect("a session here");
+    let removal = store.appended();
+    assert!(
+        store.take().iter().any(|op| matches!(
+            op,
+            hayate_core::store::StoreOp::DeleteSession { client_id } if client_id == "c"
+        )),
+        "the handover removes the session from the store"
+    );
+    let peer = harness.session("$cluster/n2").expect("n2's peer session");
+    let answer = hayate_core::Delivery::new(
+        Arc::new(hayate_core::Message::new(
+            "$cluster/session".into(),
+            bytes::Bytes::from_static(b"answer"),
+            QoS::AtLeastOnce,
+            false,
+            Default::default(),
+            None,
+            None,
+        )),
+        QoS::AtLeastOnce,
+        false,
+    );
+    harness
+        .broker
+        .deliver_behind_store(&peer, answer, harness.now(), &mut wake);
+    assert!(
+        peer2.transmit_publishes().is_empty(),
+        "nothing leaves before the removal is durable"
+    );
+
+    store.complete();
+    assert!(store.durable() >= removal);
+    let sent = peer2.transmit_publishes();
+    assert_eq!(
+        sent.iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(),
+        ["$cluster/session"],
+        "the answer goes out once it is"
+    );
+}

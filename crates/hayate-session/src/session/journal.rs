@@ -252,7 +252,7 @@ impl Session {
     pub(super) fn journal_attach(&mut self) {
         if let Some(journal) = self.journal_mut() {
             journal.handing_over = false;
-            journal.barrier = journal.last_ticket;
+            journal.barrier = journal.barrier.max(journal.last_ticket);
             // PUBRELs still waiting are sent again from the in-flight state.
             journal.pubrels.clear();
         }
@@ -279,6 +279,18 @@ impl Session {
                 .front()
                 .is_some_and(|&(gate_seq, _)| gate_seq <= delivery.seq);
         gated || self.inflight.contains_key(&derived_packet_id(delivery.seq))
+    }
+
+    /// Holds this stored session's QoS 1/2 output back until the store is durable up to
+    /// `ticket`, as the attach barrier does: what was appended before (another session's
+    /// removal, say) is on disk before anything queued from now on leaves. False (and nothing
+    /// held) when the session is not stored.
+    pub fn hold_output_until(&mut self, ticket: Ticket) -> bool {
+        let Some(journal) = self.journal_mut() else {
+            return false;
+        };
+        journal.barrier = journal.barrier.max(ticket);
+        true
     }
 
     /// True while the attach barrier holds every output back.
