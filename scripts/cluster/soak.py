@@ -493,6 +493,17 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                                               "publisher_node": node,
                                               "subscriber_session_lost_after": in_gap})
                 rows[-1]["lost_near_a_session_loss"] = explained
+                # Reordered across a session loss: the late message was acknowledged before the
+                # subscriber was told Session Present 0, the newer one it came after arrived
+                # since (the old session's queue merged into the new one, "Not built yet", Order
+                # in docs/CLUSTER.md). Counted in `reordered` too.
+                across = 0
+                for seq, after, _, _, _ in st.get("reorder_log", []):
+                    acked_at = p.acked.get(seq, (None,))[0]
+                    after_at = st["first_at"].get(after, (None,))[0]
+                    if acked_at is not None and after_at is not None:
+                        across += any(acked_at < t <= after_at for t in gaps)
+                rows[-1]["reordered_across_a_session_loss"] = across
                 lost_ranges.extend(ranges_of(s.client_id, p, lost))
                 for seq, after, at, node, flagged in st.get("reorder_log", []):
                     if len(reorder_examples) < 200:
@@ -513,7 +524,8 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
         rs = [r for r in rows if r["qos"] == q]
         totals[f"qos{q}"] = {k: sum(r[k] for r in rs) for k in
                              ("acknowledged", "received", "lost", "lost_near_a_session_loss",
-                              "duplicates", "duplicates_with_dup_flag", "reordered")}
+                              "duplicates", "duplicates_with_dup_flag", "reordered",
+                              "reordered_across_a_session_loss")}
     node_events = {}
     for n in nodes:
         counts = Counter()
@@ -556,7 +568,8 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
         t = totals[f"qos{q}"]
         log(f"QoS {q}: deliveries expected {t['acknowledged']} (acknowledged messages x {len(subs)} subscribers), received {t['received']}, "
             f"lost {t['lost']} ({t['lost_near_a_session_loss']} of them while the subscriber's session was lost), "
-            f"duplicates {t['duplicates']} ({t['duplicates_with_dup_flag']} with DUP), reordered {t['reordered']}")
+            f"duplicates {t['duplicates']} ({t['duplicates_with_dup_flag']} with DUP), reordered {t['reordered']} "
+            f"({t['reordered_across_a_session_loss']} of them a lost session's messages after newer ones of the new session)")
     print(f"{'subscriber':<12} {'publisher':<16} qos {'acked':>7} {'recv':>7} {'lost':>6} {'dups':>6} {'reord':>6}")
     for r in rows:
         print(f"{r['subscriber']:<12} {r['publisher']:<16} {r['qos']:>3} {r['acknowledged']:>7} "

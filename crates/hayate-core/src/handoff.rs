@@ -147,11 +147,14 @@ impl Broker {
             to,
             upstream,
         } = claim;
+        let to = to.filter(|peer| peer.kind == SessionKind::Peer);
+        if let (Some(cluster), Some(to)) = (self.router.cluster(), to) {
+            note_later_claim(cluster, client_id, to, claimed_at);
+        }
         let cell = self.registry.get(client_id)?;
         if cell.kind != SessionKind::Client {
             return None;
         }
-        let to = to.filter(|peer| peer.kind == SessionKind::Peer);
         // What other nodes still forward here for the session goes on to `to` (see
         // `Handover::Relaying`); relaying ends once every node linked now marked its end.
         let relay = match (self.router.cluster(), to) {
@@ -162,6 +165,7 @@ impl Broker {
                     upstream,
                     deadline: now + cluster.relay_timeout(),
                     at: claimed_at,
+                    later: Vec::new(),
                 })
             }
             _ => None,
@@ -640,6 +644,30 @@ fn is_shared(filter: &str) -> bool {
 /// Not the nodes that marked already, before the handover (the claimant had started a new
 /// session without this one and marked when it subscribed: what they forward here for the
 /// session since, it received directly).
+/// A claim of `client_id` by the node of peer session `to`, while a session of the client
+/// relays (handed over before): the relay counts that claim's marks (`Relaying::later`).
+fn note_later_claim(cluster: &ClusterRoutes, client_id: &str, to: &SessionCell, at: Arrival) {
+    let Some(node) = to.client_id.strip_prefix(PEER_CLIENT_PREFIX) else {
+        return;
+    };
+    let Some(relaying) = cluster.relaying(client_id) else {
+        return;
+    };
+    if !at.is_known() {
+        return;
+    }
+    let mut state = relaying.state.lock();
+    if let Handover::Relaying(relay) = &mut state.handover {
+        if relay.at != at && !relay.later.iter().any(|(a, _)| *a == at) {
+            if relay.later.len() == Relaying::LATER_CLAIMS {
+                relay.later.remove(0);
+            }
+            relay.later.push((at, Arc::from(node)));
+            tracing::debug!(client_id, node, "handover_relay_later_claim");
+        }
+    }
+}
+
 fn relay_waiting(
     cluster: &ClusterRoutes,
     to: &SessionCell,

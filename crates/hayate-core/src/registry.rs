@@ -118,15 +118,25 @@ pub struct Relaying {
     pub deadline: std::time::Instant,
     /// The claim it was handed over on (marks name it).
     pub at: hayate_session::Arrival,
+    /// Claims of other nodes that came after the handover (the client moved on while this
+    /// node was away and it answered the claims late, the session gone already): their
+    /// marks count too ([`Relaying::counts_mark`]). At most [`Relaying::LATER_CLAIMS`].
+    pub later: Vec<(hayate_session::Arrival, Arc<str>)>,
 }
 
 impl Relaying {
+    /// How many later claims a relay remembers ([`Relaying::later`]).
+    pub const LATER_CLAIMS: usize = 8;
+
     /// Whether a mark of the claim made `at` by node `new` counts for this relay: one of its
     /// own claim, or of a later claim by the node the session went to (its client connected
     /// there again and subscribed while this node was away: the fence of that claim marks
-    /// from when the other nodes' copies reach its session there directly).
+    /// from when the other nodes' copies reach its session there directly), or of a claim
+    /// this node was asked after the handover (`later`: its client is at that node now, and
+    /// a node's copies after that claim's mark reach it there directly).
     pub fn counts_mark(&self, at: hayate_session::Arrival, new: &str) -> bool {
-        at == self.at
+        (at.is_known() && self.later.iter().any(|(a, n)| *a == at && &**n == new))
+            || at == self.at
             || (at.is_known()
                 && at > self.at
                 && self

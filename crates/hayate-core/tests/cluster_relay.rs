@@ -464,3 +464,47 @@ fn a_later_mark_for_another_node_or_an_earlier_one_counts_not() {
 fn a_later_claims_marks_before_the_handover_count_at_it() {
     every_node_marked_before_the_handover(LATER_CLAIM);
 }
+
+/// The long-down soak of `08d7cf5` (docs/CLUSTER.md, "A claim answered while relaying"): this
+/// node, back, answered n2's old claim with the session and relays to n2; then n3's claim of
+/// the same client (it had moved on to n3, which fenced while this node was down) finds the
+/// session gone. The marks of n3's claim count for the relay: what a node forwards after
+/// such a mark reaches the client on n3 directly, and relayed to n2 (which passes it on to
+/// n3) it arrived twice. A mark of a claim this node was never asked still counts not.
+#[test]
+fn the_marks_of_a_claim_answered_while_relaying_count() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (mut peer2, _peer3, mut ingress) = hand_c_over(&harness, &routes);
+    let mut wake = Vec::new();
+    assert!(
+        harness
+            .broker
+            .relay_marked("c", "n3", (LATER_CLAIM, "n3"), harness.now(), &mut wake)
+            .is_none(),
+        "n3's mark of a claim never made here counts not"
+    );
+    forward(&mut ingress, "o/1", b"1", 1);
+    assert_eq!(peer2.transmit_publishes().len(), 1, "relayed");
+
+    assert!(
+        harness
+            .hand_over("c", LATER_CLAIM, Some("n3"), &mut wake)
+            .is_none(),
+        "n3's claim: the session left already"
+    );
+    let (to, relay_at) = harness
+        .broker
+        .relay_marked("c", "n3", (LATER_CLAIM, "n3"), harness.now(), &mut wake)
+        .expect("the mark of the claim answered while relaying counts");
+    assert_eq!((&*to.client_id, relay_at), ("$cluster/n2", CLAIM));
+    forward(&mut ingress, "o/2", b"2", 2);
+    assert!(
+        peer2.transmit_publishes().is_empty(),
+        "n3's copy after its mark was relayed"
+    );
+    assert_eq!(routes.len(), 1, "still relaying: n2 has not marked");
+    harness
+        .broker
+        .relay_marked("c", "n2", (LATER_CLAIM, "n3"), harness.now(), &mut wake);
+    assert_eq!(routes.len(), 0, "every node marked");
+}
