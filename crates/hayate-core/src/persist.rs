@@ -350,6 +350,16 @@ impl Broker {
         self.persistence.get().map(|attached| &**attached)
     }
 
+    /// For a diagnostic log line: what holds `cell`'s output back now, and how far the store
+    /// is durable (`None` without a store).
+    pub fn output_state(
+        &self,
+        cell: &SessionCell,
+    ) -> (hayate_session::OutputState, Option<Ticket>) {
+        let durable = self.attached().map(|attached| attached.store.durable());
+        (cell.state.lock().session.output_state(), durable)
+    }
+
     /// Rebuilds retained messages and disconnected persistent sessions from `recovered` (call
     /// once, after [`Broker::attach_store`] and before serving). Time a session spent with the
     /// broker down counts against its expiry; a session whose connection was still open when

@@ -21,6 +21,6 @@ pub use limits::SharedLimits;
 pub use message::{publisher_key, Arrival, Delivery, Message, MessageProperties, PeerScope};
 pub use outbuf::OutBuf;
 pub use session::{
-    ConnectionParams, EnqueueOutcome, InboundPublish, JournalEvent, OutflightState, QueueFull,
-    Session, SessionError, SessionLimits, TransmitReport,
+    ConnectionParams, EnqueueOutcome, InboundPublish, JournalEvent, OutflightState, OutputState,
+    QueueFull, Session, SessionError, SessionLimits, TransmitReport,
 };

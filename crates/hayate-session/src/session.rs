@@ -745,6 +745,7 @@ impl Drop for Session {
     }
 }
 
+mod diag;
 mod hold;
 mod journal;
 mod outbound;
@@ -756,5 +757,6 @@ mod tests_journal;
 #[cfg(test)]
 mod tests_overflow;
 
+pub use diag::OutputState;
 pub use journal::JournalEvent;
 pub use overflow::QueueFull;

@@ -110,6 +110,22 @@ impl Journal {
     fn record(&mut self, event: JournalEvent) {
         self.events.push(event);
     }
+
+    pub(super) fn spill_reading(&self) -> Option<bool> {
+        self.spill.as_ref().map(|spill| spill.reading)
+    }
+
+    pub(super) fn barrier_ticket(&self) -> Ticket {
+        self.barrier
+    }
+
+    pub(super) fn first_gate(&self) -> Option<(u64, Ticket)> {
+        self.qos2_gates.front().copied()
+    }
+
+    pub(super) fn pubrels_waiting(&self) -> usize {
+        self.pubrels.len()
+    }
 }
 
 impl Session {
