@@ -446,7 +446,15 @@ impl Link {
                     }
                     self.on_marks_posted(client, &mut feed)?;
                 }
-                _ = doorbell.notified() => {}
+                _ = doorbell.notified() => {
+                    // A held acknowledgement of the ingress became durable (or its session has
+                    // something): write it, for the top of the loop to send. Without this, the
+                    // PUBRECs the ingress held for the store went out only with the next
+                    // packet's answer, and once the other node's window was full of them none
+                    // came: its peer session here stopped sending (docs/CLUSTER.md, "A peer
+                    // session that stopped sending").
+                    self.ingress()?.transmit(Instant::now())?;
+                }
                 _ = paused => {}
                 _ = held => {}
                 _ = ends.changed(), if hold_until.is_some() => {}
