@@ -651,8 +651,10 @@ pub(crate) fn answer_claim(
                 // handover that outlives a kill").
                 let answer = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
                 broker.deliver_behind_store(&peer, answer, now, &mut wake);
-                let (output, durable) = broker.output_state(&peer);
-                tracing::debug!(%from, client_id = %claim.client_id, ?output, ?durable, "cluster_answer_queued");
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    let (output, durable) = broker.output_state(&peer);
+                    tracing::debug!(%from, client_id = %claim.client_id, ?output, ?durable, "cluster_answer_queued");
+                }
             }
             None => tracing::warn!(%from, client_id = %claim.client_id, "cluster_session_lost"),
         }

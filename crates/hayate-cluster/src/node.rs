@@ -486,8 +486,10 @@ impl Node {
             broker
                 .router
                 .deliver(&cell, delivery, now, &mut wake, &mut outcome);
-            let (output, durable) = broker.output_state(&cell);
-            tracing::debug!(peer = %name, client_id = %claim.client_id, ?output, ?durable, "cluster_claim_queued");
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let (output, durable) = broker.output_state(&cell);
+                tracing::debug!(peer = %name, client_id = %claim.client_id, ?output, ?durable, "cluster_claim_queued");
+            }
             if outcome.delivered == 0 {
                 tracing::warn!(peer = %name, client_id = %claim.client_id, "cluster_claim_dropped");
             } else if peer.stopping && peer.durable {

@@ -1,5 +1,5 @@
 //! What holds a session's output back, for a diagnostic log line: a peer session that stops
-//! sending (`docs/CLUSTER.md`, "Suppressed per session", the stall) shows which gate is shut.
+//! sending (`docs/CLUSTER.md`, "A peer session that stopped sending") shows which gate is shut.
 
 use super::*;
 
@@ -12,11 +12,11 @@ pub struct OutputState {
     pub pending: usize,
     /// Of them, own copies held at the back (`hold.rs`).
     pub own_held: usize,
-    /// Outbound QoS 1/2 in flight, and the window.
+    /// Outbound QoS 1/2 in flight.
     pub inflight: usize,
     /// The in-flight window.
     pub window: u16,
-    /// Entries on disk only, and whether a page is being read.
+    /// Entries on disk only (spilled).
     pub spilled: u64,
     /// A page of the disk part is being read.
     pub page_reading: bool,
