@@ -464,7 +464,8 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
     lost_examples = []
     lost_ranges = []
     dup_examples = []
-    reorder_examples = []
+    reorder_examples = []  # not across a session loss
+    reorder_examples_across = []
     for s in subs:
         with s.lock:
             for p in pubs:
@@ -498,20 +499,23 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                 # since (the old session's queue merged into the new one, "Not built yet", Order
                 # in docs/CLUSTER.md). Counted in `reordered` too.
                 across = 0
-                for seq, after, _, _, _ in st.get("reorder_log", []):
-                    acked_at = p.acked.get(seq, (None,))[0]
-                    after_at = st["first_at"].get(after, (None,))[0]
-                    if acked_at is not None and after_at is not None:
-                        across += any(acked_at < t <= after_at for t in gaps)
-                rows[-1]["reordered_across_a_session_loss"] = across
                 lost_ranges.extend(ranges_of(s.client_id, p, lost))
                 for seq, after, at, node, flagged in st.get("reorder_log", []):
-                    if len(reorder_examples) < 200:
+                    acked_at = p.acked.get(seq, (None,))[0]
+                    after_at = st["first_at"].get(after, (None,))[0]
+                    is_across = (acked_at is not None and after_at is not None
+                                 and any(acked_at < t <= after_at for t in gaps))
+                    across += is_across
+                    # Examples: up to 200 of the others (the ones to trace), 50 across a loss.
+                    kept = reorder_examples_across if is_across else reorder_examples
+                    if len(kept) < (50 if is_across else 200):
                         # `seq` arrived first after `after`, a higher one of the same publisher
-                        reorder_examples.append({"subscriber": s.client_id, "publisher": p.client_id,
-                                                 "seq": seq, "after": after, "at": at, "node": node,
-                                                 "dup_flag": flagged,
-                                                 "acked_at": round(p.acked[seq][0], 3) if seq in p.acked else None})
+                        kept.append({"subscriber": s.client_id, "publisher": p.client_id,
+                                     "seq": seq, "after": after, "at": at, "node": node,
+                                     "dup_flag": flagged,
+                                     "acked_at": round(acked_at, 3) if acked_at is not None else None,
+                                     "across_a_session_loss": is_across})
+                rows[-1]["reordered_across_a_session_loss"] = across
                 if p.qos == 2:
                     for seq, at, node, flagged in st.get("dup_log", []):
                         if len(dup_examples) < 200:
@@ -554,6 +558,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
         "lost_ranges": lost_ranges,
         "qos2_duplicate_examples": dup_examples,
         "reorder_examples": reorder_examples,
+        "reorder_examples_across_a_session_loss": reorder_examples_across,
         "client_events": dict(client_events),
         "client_event_log": sorted((round(t, 3), c.client_id, what, node)
                                    for c in subs + pubs for t, what, node in c.events),
