@@ -315,10 +315,7 @@ fn a_released_qos2_message_moves_as_its_pubrel() {
 #[test]
 fn a_stored_sessions_queue_on_disk_is_handed_over_too() {
     let (harness, _) = CoreHarness::clustered();
-    let store = Arc::new(hayate_testkit::store::MemoryStore::default());
-    assert!(harness
-        .broker
-        .attach_store(store, harness.now(), 1_700_000_000_000));
+    harness.attach_memory_store(1_700_000_000_000);
     let connect = || ConnectSpec::v5("c").clean_start(false).session_expiry(600);
     let mut client = harness.client(connect());
     client.subscribe("o/#", QoS::AtLeastOnce);
@@ -383,10 +380,7 @@ fn preparing_a_handover_without_a_store_is_immediate() {
 fn the_answer_to_a_claim_waits_for_the_sessions_removal_on_disk() {
     use hayate_core::store::Store as _;
     let (harness, _) = CoreHarness::clustered();
-    let store = Arc::new(hayate_testkit::store::MemoryStore::default());
-    assert!(harness
-        .broker
-        .attach_store(store.clone(), harness.now(), 1_700_000_000_000));
+    let store = harness.attach_memory_store(1_700_000_000_000);
     let mut client = harness.client(ConnectSpec::v5("c").clean_start(false).session_expiry(600));
     client.subscribe("o/#", QoS::AtLeastOnce);
     client.finish();

@@ -23,9 +23,7 @@ fn persistent(h: &CoreHarness, client_id: &str) -> TestChannel {
 }
 
 fn attached(h: &CoreHarness, unix_ms: u64) -> Arc<MemoryStore> {
-    let store = Arc::new(MemoryStore::default());
-    assert!(h.broker.attach_store(store.clone(), h.now(), unix_ms));
-    store
+    h.attach_memory_store(unix_ms)
 }
 
 #[test]

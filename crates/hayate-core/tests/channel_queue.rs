@@ -12,9 +12,7 @@ use std::sync::Arc;
 const T0_MS: u64 = 1_800_000_000_000;
 
 fn attached(h: &CoreHarness) -> Arc<MemoryStore> {
-    let store = Arc::new(MemoryStore::default());
-    assert!(h.broker.attach_store(store.clone(), h.now(), T0_MS));
-    store
+    h.attach_memory_store(T0_MS)
 }
 
 fn persistent(h: &CoreHarness, client_id: &str) -> TestChannel {

@@ -117,6 +117,17 @@ impl CoreHarness {
         (harness, routes)
     }
 
+    /// Attaches a new [`MemoryStore`](crate::store::MemoryStore) to the broker as its store,
+    /// the wall clock reading `unix_ms` now; returns it (to hold, complete or read back).
+    pub fn attach_memory_store(&self, unix_ms: u64) -> Arc<crate::store::MemoryStore> {
+        let store = Arc::new(crate::store::MemoryStore::default());
+        assert!(
+            self.broker.attach_store(store.clone(), self.now(), unix_ms),
+            "a store attaches once"
+        );
+        store
+    }
+
     /// A broker whose configuration `configure` adjusted first.
     pub fn with_config(configure: impl FnOnce(&mut BrokerConfig)) -> CoreHarness {
         let mut config = BrokerConfig::default();

@@ -1,4 +1,5 @@
-//! QoS 2 copies in flight between nodes when the sending node is killed (docs/CLUSTER.md,
+//! QoS 2 copies in flight between nodes when the sending node is killed, and a full window of
+//! them for a node that was frozen (docs/CLUSTER.md,
 //! "Failure analysis", messages in flight between nodes), with real `hayate serve` processes
 //! on loopback.
 
@@ -20,10 +21,10 @@ const EACH: u16 = 5_000;
 /// n1 is killed once the subscriber has this many.
 const KILL_AT: usize = 1_000;
 
-/// Publishes `p-N` (prefix `p`) at QoS 2, one complete flow after the other, until `EACH` or
-/// until the connection closes (n1 killed).
-async fn publish_until_closed(mut publisher: RawClient, prefix: String) {
-    for i in 0..EACH {
+/// Publishes `p-N` (prefix `p`) at QoS 2 for N in `0..count`, one complete flow after the
+/// other, until the connection closes (n1 killed). Returns how many flows completed.
+async fn publish_until_closed(mut publisher: RawClient, prefix: String, count: u16) -> u16 {
+    for i in 0..count {
         let payload = format!("{prefix}-{i}");
         let packet = publish_packet(
             "roll/x",
@@ -41,10 +42,11 @@ async fn publish_until_closed(mut publisher: RawClient, prefix: String) {
                 }
                 Received::Packet(Packet::PubComp(_)) => break,
                 Received::Packet(_) => {}
-                Received::Closed | Received::Timeout => return,
+                Received::Closed | Received::Timeout => return i,
             }
         }
     }
+    count
 }
 
 /// Publishers on n1 send QoS 2 messages to a subscriber on n2; n1 is killed in the middle
@@ -72,6 +74,7 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
         publishing.push(tokio::spawn(publish_until_closed(
             publisher,
             format!("m{p}"),
+            EACH,
         )));
     }
     let mut got = Vec::new();
@@ -127,6 +130,87 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
         "{} of {} delivered twice (first {:?})\n{}",
         twice.len(),
         tally.distinct(),
+        twice.first(),
+        logs()
+    );
+}
+
+/// Messages each publisher sends in the next test: together more than a peer session's window
+/// (1,024 unacknowledged).
+const FROZEN_EACH: u16 = 400;
+
+/// n2 is frozen (SIGSTOP) while n1 forwards it 1,600 QoS 2 messages for its subscriber: n1's
+/// peer session for n2 fills its window (1,024, in the socket buffers) and queues the rest.
+/// Thawed, n2 reads the window at once and holds each PUBREC for its store (an inbound QoS 2
+/// id is stored before it is acknowledged); n1 sends the rest only as those come. Written for
+/// the long-down soaks' stall (docs/CLUSTER.md, "A peer session that stopped sending": held
+/// PUBRECs the link's ingress wrote only with its next answer), which it does not reproduce:
+/// it passed with that fix switched off (the store was durable before n2 had read the whole
+/// window, so only the last few PUBRECs waited). It guards the refill of a full window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
+    let cluster = Cluster::start_durable(Path::new(HAYATE), 2, &[]).await;
+    let (mut sub, _) = connect_persistent(cluster.nodes[1].mqtt, "frozen-sub").await;
+    sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
+    let mut probe = cluster.nodes[0].client("frozen-probe", true).await;
+    await_route(&mut probe, &mut sub, "roll/probe").await;
+
+    cluster.nodes[1].freeze();
+    let mut publishing = Vec::new();
+    for p in 0..PUBLISHERS {
+        let publisher = cluster.nodes[0]
+            .client(&format!("frozen-pub-{p}"), true)
+            .await;
+        publishing.push(tokio::spawn(publish_until_closed(
+            publisher,
+            format!("m{p}"),
+            FROZEN_EACH,
+        )));
+    }
+    // n1 takes them in while n2 is frozen (its publishers are paused only once its peer
+    // session for n2 is congested); thawed after 10 s at most either way.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !publishing.iter().all(|t| t.is_finished()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.nodes[1].thaw();
+    let mut total = 0;
+    for task in publishing {
+        total += usize::from(task.await.expect("the publishers finish"));
+    }
+
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < total && Instant::now() < deadline {
+        got.extend(payloads(&drain(&mut sub, Duration::from_secs(3)).await));
+        got.retain(|p| p != "probe");
+    }
+    got.extend(payloads(&drain(&mut sub, Duration::from_millis(500)).await));
+    got.retain(|p| p != "probe");
+
+    let tally = Tally::of(&got);
+    let logs = || {
+        (0..2)
+            .map(|i| format!("n{}:\n{}", i + 1, cluster.nodes[i].log_text()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        total > 1_024,
+        "more than a window was acknowledged on n1: {total}"
+    );
+    assert_eq!(
+        tally.distinct(),
+        total,
+        "{} of the {total} acknowledged on n1 reached the subscriber on n2\n{}",
+        tally.distinct(),
+        logs()
+    );
+    let twice = tally.twice();
+    assert!(
+        twice.is_empty(),
+        "{} delivered twice (first {:?})\n{}",
+        twice.len(),
         twice.first(),
         logs()
     );
