@@ -519,7 +519,7 @@ fn decode_session(payload: &[u8], now: Instant) -> Option<HandedOver> {
     let mut buf = BytesMut::from(payload);
     let mut handed = HandedOver::default();
     // One scope for every message of the payload.
-    let from_peer = Arc::new(hayate_core::PeerScope::default());
+    let from_peer = Arc::new(hayate_core::PeerScope::relayed());
     while !buf.is_empty() {
         match decode(&mut buf, ProtocolVersion::V5, u32::MAX).ok()?? {
             Packet::Subscribe(subscribe) => {

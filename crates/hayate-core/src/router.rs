@@ -725,7 +725,6 @@ fn may_read(reader: Option<&dyn AuthHook>, state: &SessionState, message: &Messa
 }
 
 impl Router {
-    /// Queues one delivery for a session and applies the congestion transition it causes.
     /// Queues one delivery for one session, outside routing (a session handed over by
     /// another node of a cluster, a node's control message to a peer session).
     pub fn deliver(

@@ -4,6 +4,7 @@
 //! at the deadline.
 
 use hayate_codec::{Properties, QoS};
+use hayate_core::router::RouteOutcome;
 use hayate_core::{Delivery, Message, PeerScope};
 use hayate_testkit::core::{ConnectSpec, CoreHarness, TestChannel};
 use std::sync::Arc;
@@ -30,13 +31,38 @@ fn relay(harness: &CoreHarness, payload: &'static str) {
         None,
         Some(0),
     );
-    message.from_peer = Some(Arc::new(PeerScope::default()));
+    message.from_peer = Some(Arc::new(PeerScope::relayed()));
     let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
     let mut wake = Vec::new();
     let queued = harness
         .broker
         .deliver_relayed("c", vec![delivery], harness.now(), &mut wake);
     assert_eq!(queued.ok(), Some(1));
+}
+
+/// A copy another node forwarded for `c`'s subscription here (not relayed).
+fn forwarded(harness: &CoreHarness, payload: &'static str) {
+    let message = Message::new(
+        "o/f".into(),
+        bytes::Bytes::from_static(payload.as_bytes()),
+        QoS::AtLeastOnce,
+        false,
+        Properties::default(),
+        None,
+        Some(0),
+    )
+    .forwarded_by_peer(Arc::new(PeerScope {
+        plain: true,
+        ..PeerScope::default()
+    }));
+    let cell = harness.session("c").expect("c's session");
+    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+    let (mut wake, mut outcome) = (Vec::new(), RouteOutcome::default());
+    harness
+        .broker
+        .router
+        .deliver(&cell, delivery, harness.now(), &mut wake, &mut outcome);
+    assert_eq!(outcome.delivered, 1);
 }
 
 /// `c` subscribed to `o/#`, and a publisher on this node.
@@ -82,6 +108,21 @@ fn own_copies_go_out_after_the_relayed_ones_once_the_old_nodes_end_is_here() {
         .publish("o/own", b"own-3", QoS::AtLeastOnce)
         .unwrap();
     assert_eq!(payloads(&mut c), ["own-3"], "no hold any more");
+}
+
+/// A publisher that moved from this node to another while `c`'s session holds its own
+/// copies: its next message, forwarded from there, waits behind its held ones instead of
+/// overtaking them (the 30-minute kill soak of `4dffb30`, docs/CLUSTER.md "Own copies after a
+/// take-over").
+#[test]
+fn a_forwarded_copy_waits_behind_the_held_own_ones() {
+    let (harness, mut c, _publisher) = holding_one_own_copy();
+    forwarded(&harness, "forwarded-2");
+    relay(&harness, "relayed-0");
+    assert_eq!(payloads(&mut c), ["relayed-0"]);
+    let mut wake = Vec::new();
+    harness.broker.release_own_copies("c", AT, &mut wake);
+    assert_eq!(payloads(&mut c), ["own-1", "forwarded-2"]);
 }
 
 #[test]

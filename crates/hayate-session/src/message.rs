@@ -65,6 +65,20 @@ pub struct PeerScope {
     /// Clients of this node it must not reach (sessions just taken over from another node,
     /// which relays what the forwarding node sent it before; `docs/CLUSTER.md`).
     pub except: Vec<Arc<str>>,
+    /// Not forwarded for a subscription here but relayed, or handed over with a session, by
+    /// the node that had the session: older than anything a session holds back after a
+    /// take-over, so it goes ahead of that (`Session::hold_own`).
+    pub relayed: bool,
+}
+
+impl PeerScope {
+    /// The scope of a copy relayed or handed over with a session (`relayed`).
+    pub fn relayed() -> PeerScope {
+        PeerScope {
+            relayed: true,
+            ..PeerScope::default()
+        }
+    }
 }
 
 /// When the bytes of a packet reached the broker: nanoseconds since the Unix epoch, from the

@@ -2,12 +2,14 @@
 //! (`docs/CLUSTER.md`, "Own copies after a take-over"). The node that takes a session over
 //! sends its own publishers' messages to it directly from then on, while the ones it routed to
 //! the old node before come back relayed, later. Until the old node says it has relayed them
-//! all, deliveries of messages published on this node wait at the back of the queue, and
-//! those another node forwarded, relayed or handed over go in ahead of them:
+//! all, deliveries of messages published on this node wait at the back of the queue, and so
+//! do those another node forwards (a publisher that moved from here to that node meanwhile
+//! would otherwise overtake its own held copies); those the old node relays or hands over
+//! (`PeerScope::relayed`), older than all of them, go in ahead:
 //!
 //! ```text
-//! pending: [ sendable ..................... | held (own copies since the hold) ]
-//!            ^ relayed copies are inserted here ^           own copies: push_back
+//! pending: [ sendable ..................... | held (own and forwarded copies since the hold) ]
+//!            ^ relayed copies are inserted here ^                         the others: push_back
 //! ```
 //!
 //! States: no hold; holding (`RareState::own_held` is the number of held deliveries at the
@@ -18,9 +20,9 @@
 use super::*;
 
 impl Session {
-    /// Holds back, from now on, the deliveries of messages published on this node (no
-    /// `Message::from_peer`); deliveries of other nodes' messages go ahead of them. A hold in
-    /// place stays. No hold while part of the queue is on disk only (it is read back behind
+    /// Holds back, from now on, the deliveries of messages published on this node or
+    /// forwarded by another one; deliveries relayed or handed over (`PeerScope::relayed`) go
+    /// ahead of them. A hold in place stays. No hold while part of the queue is on disk only (it is read back behind
     /// what is in memory).
     pub fn hold_own(&mut self) {
         if self.spilled() > 0 {
@@ -62,9 +64,9 @@ impl Session {
         }
     }
 
-    /// Queues `delivery` in memory, behind what may be sent and ahead of the held own copies
-    /// when it is another node's, at the back (held) when it is this node's. True when the
-    /// session had nothing it could send before and has now.
+    /// Queues `delivery` in memory: while holding, behind what may be sent and ahead of the
+    /// held copies when it is relayed or handed over, at the back (held) otherwise. True when
+    /// the session had nothing it could send before and has now.
     pub(super) fn push_pending(&mut self, delivery: Delivery) -> bool {
         let Session { rare, pending, .. } = self;
         match rare.as_mut().and_then(|rare| rare.own_held.as_mut()) {
@@ -73,7 +75,13 @@ impl Session {
                 pending.push_back(delivery);
                 was_idle
             }
-            Some(held) if delivery.message.from_peer.is_none() => {
+            Some(held)
+                if !delivery
+                    .message
+                    .from_peer
+                    .as_ref()
+                    .is_some_and(|scope| scope.relayed) =>
+            {
                 *held += 1;
                 pending.push_back(delivery);
                 false
@@ -97,7 +105,18 @@ mod tests {
     use bytes::Bytes;
     use std::sync::Arc;
 
-    fn delivery(payload: &'static str, from_peer: bool) -> Delivery {
+    /// Where a test delivery's message comes from.
+    #[derive(Clone, Copy)]
+    enum Origin {
+        /// Published on this node.
+        Here,
+        /// Forwarded by another node for a subscription here.
+        Forwarded,
+        /// Relayed or handed over by the node that had the session.
+        Relayed,
+    }
+
+    fn delivery(payload: &'static str, from: Origin) -> Delivery {
         let mut message = Message::new(
             ByteStr::from("t"),
             Bytes::from_static(payload.as_bytes()),
@@ -107,8 +126,15 @@ mod tests {
             None,
             None,
         );
-        if from_peer {
-            message.from_peer = Some(Arc::new(PeerScope::default()));
+        match from {
+            Origin::Here => {}
+            Origin::Forwarded => {
+                message.from_peer = Some(Arc::new(PeerScope {
+                    plain: true,
+                    ..PeerScope::default()
+                }))
+            }
+            Origin::Relayed => message.from_peer = Some(Arc::new(PeerScope::relayed())),
         }
         Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
     }
@@ -132,15 +158,15 @@ mod tests {
         assert!(session.holds_own());
         // Handed over with the session: ahead of everything, sendable at once.
         assert_eq!(
-            session.enqueue(delivery("handed", true)),
+            session.enqueue(delivery("handed", Origin::Relayed)),
             EnqueueOutcome::Queued { wake: true }
         );
         assert_eq!(
-            session.enqueue(delivery("own-1", false)),
+            session.enqueue(delivery("own-1", Origin::Here)),
             EnqueueOutcome::Queued { wake: false },
             "held: nothing to wake for"
         );
-        session.enqueue(delivery("own-2", false));
+        session.enqueue(delivery("own-2", Origin::Here));
         assert_eq!(
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["handed"]
@@ -148,11 +174,11 @@ mod tests {
         assert!(!session.wants_transmit(), "only held copies are queued");
         // Relayed by the old node: before the own copies queued since the hold.
         assert_eq!(
-            session.enqueue(delivery("relayed-1", true)),
+            session.enqueue(delivery("relayed-1", Origin::Relayed)),
             EnqueueOutcome::Queued { wake: true }
         );
-        session.enqueue(delivery("relayed-2", true));
-        session.enqueue(delivery("own-3", false));
+        session.enqueue(delivery("relayed-2", Origin::Relayed));
+        session.enqueue(delivery("own-3", Origin::Here));
         assert_eq!(
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["relayed-1", "relayed-2"]
@@ -165,8 +191,36 @@ mod tests {
         );
         assert!(!session.release_own(), "no hold any more");
         assert_eq!(
-            session.enqueue(delivery("own-4", false)),
+            session.enqueue(delivery("own-4", Origin::Here)),
             EnqueueOutcome::Queued { wake: true }
+        );
+    }
+
+    /// A publisher that moved from this node to another while the hold is on: its copies
+    /// forwarded from there wait behind its own held copies from here (the 30-minute kill
+    /// soak of `4dffb30`: the first message published after the move came after the next
+    /// one). Relayed copies still go ahead of both.
+    #[test]
+    fn forwarded_copies_wait_with_the_own_ones() {
+        let now = Instant::now();
+        let mut session = Session::new(SessionLimits::default());
+        session.attach(params(ProtocolVersion::V5, 100));
+        session.hold_own();
+        session.enqueue(delivery("own-1", Origin::Here));
+        assert_eq!(
+            session.enqueue(delivery("forwarded-2", Origin::Forwarded)),
+            EnqueueOutcome::Queued { wake: false },
+            "held: nothing to wake for"
+        );
+        session.enqueue(delivery("relayed-0", Origin::Relayed));
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["relayed-0"]
+        );
+        assert!(session.release_own());
+        assert_eq!(
+            payloads(&drain(&mut session, ProtocolVersion::V5, now)),
+            ["own-1", "forwarded-2"]
         );
     }
 
@@ -174,8 +228,8 @@ mod tests {
     fn handing_the_session_on_takes_the_queue_in_its_order_and_ends_the_hold() {
         let mut session = Session::new(SessionLimits::default());
         session.hold_own();
-        session.enqueue(delivery("own-1", false));
-        session.enqueue(delivery("relayed-1", true));
+        session.enqueue(delivery("own-1", Origin::Here));
+        session.enqueue(delivery("relayed-1", Origin::Relayed));
         let taken: Vec<String> = session
             .take_all_deliveries()
             .iter()
@@ -196,10 +250,10 @@ mod tests {
         });
         session.attach(params(ProtocolVersion::V5, 100));
         session.hold_own();
-        session.enqueue(delivery("own-1", false));
-        session.enqueue(delivery("own-2", false));
+        session.enqueue(delivery("own-1", Origin::Here));
+        session.enqueue(delivery("own-2", Origin::Here));
         assert!(!session.wants_transmit());
-        session.enqueue(delivery("own-3", false));
+        session.enqueue(delivery("own-3", Origin::Here));
         assert_eq!(dropped.load(std::sync::atomic::Ordering::Relaxed), 1);
         assert!(
             !session.holds_own(),
@@ -217,7 +271,7 @@ mod tests {
         let mut session = Session::new(SessionLimits::default());
         session.attach(params(ProtocolVersion::V5, 100));
         session.hold_own();
-        session.enqueue(delivery("relayed", true));
+        session.enqueue(delivery("relayed", Origin::Relayed));
         assert!(!session.release_own(), "nothing was held back");
         assert_eq!(
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
