@@ -20,19 +20,24 @@ fn payloads(c: &mut TestChannel) -> Vec<String> {
         .collect()
 }
 
-/// A copy another node relayed for `c`'s session.
-fn relay(harness: &CoreHarness, payload: &'static str) {
-    let mut message = Message::new(
-        "o/r".into(),
+/// A QoS 1 delivery of `payload` on `topic`, come from another node with `scope`.
+fn from_peer(topic: &str, payload: &'static str, scope: PeerScope) -> Delivery {
+    let message = Message::new(
+        topic.into(),
         bytes::Bytes::from_static(payload.as_bytes()),
         QoS::AtLeastOnce,
         false,
         Properties::default(),
         None,
         Some(0),
-    );
-    message.from_peer = Some(Arc::new(PeerScope::relayed()));
-    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
+    )
+    .forwarded_by_peer(Arc::new(scope));
+    Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
+}
+
+/// A copy another node relayed for `c`'s session.
+fn relay(harness: &CoreHarness, payload: &'static str) {
+    let delivery = from_peer("o/r", payload, PeerScope::relayed());
     let mut wake = Vec::new();
     let queued = harness
         .broker
@@ -42,21 +47,12 @@ fn relay(harness: &CoreHarness, payload: &'static str) {
 
 /// A copy another node forwarded for `c`'s subscription here (not relayed).
 fn forwarded(harness: &CoreHarness, payload: &'static str) {
-    let message = Message::new(
-        "o/f".into(),
-        bytes::Bytes::from_static(payload.as_bytes()),
-        QoS::AtLeastOnce,
-        false,
-        Properties::default(),
-        None,
-        Some(0),
-    )
-    .forwarded_by_peer(Arc::new(PeerScope {
+    let scope = PeerScope {
         plain: true,
         ..PeerScope::default()
-    }));
+    };
+    let delivery = from_peer("o/f", payload, scope);
     let cell = harness.session("c").expect("c's session");
-    let delivery = Delivery::new(Arc::new(message), QoS::AtLeastOnce, false);
     let (mut wake, mut outcome) = (Vec::new(), RouteOutcome::default());
     harness
         .broker

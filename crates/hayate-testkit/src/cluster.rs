@@ -243,6 +243,15 @@ impl Cluster {
         cluster
     }
 
+    /// Every node's log, each headed by the node's name (for a failed assertion).
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("{}:\n{}", node.name, node.log_text()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Waits until every node sees every other one live with its link up.
     pub async fn wait_converged(&self, within: Duration) {
         let names: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();

@@ -71,19 +71,23 @@ async fn a_publisher_that_moves_while_its_subscribers_node_is_away_stays_in_orde
     let missing = tally.missing(TOTAL);
     let (first_missing, missing) = (missing.first().cloned(), missing.len());
     let twice = tally.twice().len();
-    let logs = || {
-        (0..3)
-            .map(|i| format!("n{}:\n{}", i + 1, cluster.nodes[i].log_text()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     assert_eq!(
         missing,
         0,
         "lost {missing} of {TOTAL} (from {first_missing:?})\n{}",
-        logs()
+        cluster.logs()
     );
-    assert_eq!(twice, 0, "{twice} of {TOTAL} delivered twice\n{}", logs());
+    assert_eq!(
+        twice,
+        0,
+        "{twice} of {TOTAL} delivered twice\n{}",
+        cluster.logs()
+    );
     let reordered = reordered_first_copies(&got);
-    assert_eq!(reordered, 0, "first copies out of order\n{}", logs());
+    assert_eq!(
+        reordered,
+        0,
+        "first copies out of order\n{}",
+        cluster.logs()
+    );
 }

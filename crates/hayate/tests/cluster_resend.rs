@@ -5,7 +5,7 @@
 
 use hayate_codec::{Packet, PacketId, PubResp, QoS};
 use hayate_testkit::cluster::{
-    await_route, connect_persistent, drain, drain_at_most, payloads, Cluster, Tally,
+    await_route, connect_persistent, drain, drain_at_most, payloads, Cluster, Node, Tally,
 };
 use hayate_testkit::{publish_packet, RawClient, Received};
 use std::path::Path;
@@ -49,6 +49,25 @@ async fn publish_until_closed(mut publisher: RawClient, prefix: String, count: u
     count
 }
 
+/// Starts `PUBLISHERS` publishers on `node` (`{name}-pub-P`), each publishing `mP-0` ..
+/// `count` messages with [`publish_until_closed`]; each task returns how many it completed.
+async fn start_publishers(
+    node: &Node,
+    name: &str,
+    count: u16,
+) -> Vec<tokio::task::JoinHandle<u16>> {
+    let mut publishing = Vec::new();
+    for p in 0..PUBLISHERS {
+        let publisher = node.client(&format!("{name}-pub-{p}"), true).await;
+        publishing.push(tokio::spawn(publish_until_closed(
+            publisher,
+            format!("m{p}"),
+            count,
+        )));
+    }
+    publishing
+}
+
 /// Publishers on n1 send QoS 2 messages to a subscriber on n2; n1 is killed in the middle
 /// and restarted. What n1 had forwarded and not seen acknowledged goes to n2 again
 /// from n1's store (with DUP), and n2 must not route any of it a second time. It did in the
@@ -66,17 +85,7 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
     sub.subscribe("roll/#", QoS::ExactlyOnce, 1).await;
     let mut probe = cluster.nodes[0].client("resend-probe", true).await;
     await_route(&mut probe, &mut sub, "roll/probe").await;
-    let mut publishing = Vec::new();
-    for p in 0..PUBLISHERS {
-        let publisher = cluster.nodes[0]
-            .client(&format!("resend-pub-{p}"), true)
-            .await;
-        publishing.push(tokio::spawn(publish_until_closed(
-            publisher,
-            format!("m{p}"),
-            EACH,
-        )));
-    }
+    let publishing = start_publishers(&cluster.nodes[0], "resend", EACH).await;
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while got.len() < KILL_AT && Instant::now() < deadline {
@@ -104,12 +113,6 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
 
     let tally = Tally::of(&got);
     let twice = tally.twice();
-    let logs = || {
-        (0..2)
-            .map(|i| format!("n{}:\n{}", i + 1, cluster.nodes[i].log_text()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     let n2 = cluster.nodes[1].log_text();
     eprintln!(
         "{} received, {received_before_kill} before the kill, {} distinct; n2 dropped answers \
@@ -123,7 +126,7 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
     assert!(
         received_before_kill >= KILL_AT,
         "the burst reached n2 before the kill\n{}",
-        logs()
+        cluster.logs()
     );
     assert!(
         twice.is_empty(),
@@ -131,7 +134,7 @@ async fn copies_a_killed_node_sends_again_are_delivered_once() {
         twice.len(),
         tally.distinct(),
         twice.first(),
-        logs()
+        cluster.logs()
     );
 }
 
@@ -156,17 +159,7 @@ async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
     await_route(&mut probe, &mut sub, "roll/probe").await;
 
     cluster.nodes[1].freeze();
-    let mut publishing = Vec::new();
-    for p in 0..PUBLISHERS {
-        let publisher = cluster.nodes[0]
-            .client(&format!("frozen-pub-{p}"), true)
-            .await;
-        publishing.push(tokio::spawn(publish_until_closed(
-            publisher,
-            format!("m{p}"),
-            FROZEN_EACH,
-        )));
-    }
+    let publishing = start_publishers(&cluster.nodes[0], "frozen", FROZEN_EACH).await;
     // n1 takes them in while n2 is frozen (its publishers are paused only once its peer
     // session for n2 is congested); thawed after 10 s at most either way.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -189,12 +182,6 @@ async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
     got.retain(|p| p != "probe");
 
     let tally = Tally::of(&got);
-    let logs = || {
-        (0..2)
-            .map(|i| format!("n{}:\n{}", i + 1, cluster.nodes[i].log_text()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     assert!(
         total > 1_024,
         "more than a window was acknowledged on n1: {total}"
@@ -204,7 +191,7 @@ async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
         total,
         "{} of the {total} acknowledged on n1 reached the subscriber on n2\n{}",
         tally.distinct(),
-        logs()
+        cluster.logs()
     );
     let twice = tally.twice();
     assert!(
@@ -212,6 +199,6 @@ async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
         "{} delivered twice (first {:?})\n{}",
         twice.len(),
         twice.first(),
-        logs()
+        cluster.logs()
     );
 }
