@@ -148,8 +148,9 @@ const FROZEN_EACH: u16 = 400;
 /// id is stored before it is acknowledged); n1 sends the rest only as those come. Written for
 /// the long-down soaks' stall (docs/CLUSTER.md, "A peer session that stopped sending": held
 /// PUBRECs the link's ingress wrote only with its next answer), which it does not reproduce:
-/// it passed with that fix switched off (the store was durable before n2 had read the whole
-/// window, so only the last few PUBRECs waited). It guards the refill of a full window.
+/// it passed with that fix switched off (likely: the store made the first PUBRECs durable
+/// before n2 had read the whole window, so only the last few waited; not checked). It guards
+/// the refill of a full window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
     let cluster = Cluster::start_durable(Path::new(HAYATE), 2, &[]).await;
