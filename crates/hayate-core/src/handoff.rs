@@ -245,7 +245,7 @@ impl Broker {
             client_id,
             subscriptions = handed.subscriptions.len(),
             messages = handed.deliveries.len(),
-            inbound_qos2 = handed.inbound_qos2.len(),
+            inbound_qos2 = ?handed.inbound_qos2,
             relaying,
             "session_handed_over"
         );

@@ -77,14 +77,18 @@ impl Channel {
                 out,
             ));
         }
-        if publish.dup && publish.qos == QoS::ExactlyOnce {
-            // A QoS 2 PUBLISH sent again (rare: after a reconnection): whether it is routed
-            // again is what exactly-once across a move or a restart rests on.
+        let from_peer = self.listener().role == ListenerRole::PeerIngress;
+        if publish.qos == QoS::ExactlyOnce && (publish.dup || !from_peer) {
+            // Each id a client's QoS 2 PUBLISH adds to the session, and each PUBLISH a node
+            // link sends again (`known`: the id was there, the message is not routed again):
+            // exactly-once across a move or a restart rests on these ids, so a soak traces
+            // them (with `qos2_pubrel` in `hayate_core::channel` when one leaves).
             tracing::debug!(
                 client_id = ?self.client_id(),
                 packet_id = publish.packet_id.map(|id| id.get()),
+                dup = publish.dup,
                 known = inbound == InboundPublish::DuplicateQos2,
-                "qos2_publish_again"
+                "qos2_publish"
             );
         }
         if inbound == InboundPublish::DuplicateQos2 {
@@ -294,6 +298,7 @@ impl Channel {
 
     fn forget_qos2(&mut self, publish: &Publish, out: &mut OutBuf) {
         if let (QoS::ExactlyOnce, Some(id)) = (publish.qos, publish.packet_id) {
+            tracing::debug!(client_id = ?self.client_id(), packet_id = id.get(), "qos2_id_forgotten");
             let _ = self.with_session(out, |state, _| state.session.forget_inbound_qos2(id));
         }
     }
