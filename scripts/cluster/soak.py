@@ -137,6 +137,18 @@ class SoakClient(threading.Thread):
     def on_session(self, present):
         pass
 
+    def loop_timeout(self):
+        return 0.05
+
+    def tick(self):
+        """Called by the client's own thread after each network loop. Every paho call of a
+        client is made from that one thread: paho's manual loop is not thread-safe, and a
+        publish() made from another thread can write its PUBLISH while this one writes a
+        DISCONNECT and closes the socket; paho then records the message as never sent and sends
+        it again on the next connection without DUP (before 2026-11-30 the publishers paced
+        from a second thread, so a reordering or a QoS 2 message routed twice could be the
+        client's)."""
+
     def run(self):
         while not self.stop.is_set():
             node = random.choice(self.nodes)
@@ -149,8 +161,9 @@ class SoakClient(threading.Thread):
             deadline = time.time() + random.uniform(*self.move_every)
             moved = False
             while not self.stop.is_set():
-                if self.c.loop(timeout=0.05) != mqtt.MQTT_ERR_SUCCESS:
+                if self.c.loop(timeout=self.loop_timeout()) != mqtt.MQTT_ERR_SUCCESS:
                     break
+                self.tick()
                 if time.time() > deadline and self.connected.is_set():
                     self.c.disconnect()
                     self.c.loop(timeout=0.05)
@@ -215,14 +228,13 @@ class Publisher(SoakClient):
         self.topic = f"soak/q{qos}/{index}"
         self.sent = 0          # publish calls made
         self.acked = {}        # seq -> (ack time, node the client was on)
+        self.mids = {}         # seq -> packet id of its PUBLISH (the nodes' debug logs name it)
         self.publishing = threading.Event()
         self.publishing.set()
         self.held_for_resend = 0  # connections where new publishes waited for paho's resends
-        self.pacer = threading.Thread(target=self._pace, daemon=True)
-
-    def start(self):
-        super().start()
-        self.pacer.start()
+        self.pending = []      # (seq, MQTTMessageInfo) not acknowledged yet, at most 20
+        self.next_at = None
+        self.held_at = None
 
     def _resends_pending(self):
         """True while paho has not yet sent again what was in flight when the last connection
@@ -235,39 +247,37 @@ class Publisher(SoakClient):
             return any(m.state in (mqtt.mqtt_ms_publish, mqtt.mqtt_ms_resend_pubrel)
                        for m in self.c._out_messages.values())
 
-    def _pace(self):
-        seq = 0
-        next_at = time.time()
-        pending = []
-        held_at = None
-        while self.publishing.is_set() or pending:
-            ready = self.connected.is_set()
-            if ready and self._resends_pending():
-                ready = False
-                if held_at != self.connects:
-                    held_at = self.connects
-                    self.held_for_resend += 1
-            if self.publishing.is_set() and len(pending) < 20 and ready:
-                seq += 1
-                info = self.c.publish(self.topic, f"{self.client_id}:{seq}", qos=self.qos)
-                pending.append((seq, info))
-                self.sent = seq
-                next_at += 1.0 / self.rate
-            still = []
-            for s, info in pending:
-                # A message published while disconnected has rc NO_CONN (is_published() then
-                # raises) but stays queued in paho and goes out after the next CONNACK.
-                if info._published:
-                    self.acked[s] = (time.time(), self.node.name if self.node else None)
-                else:
-                    still.append((s, info))
-            pending = still
-            if not self.publishing.is_set() and self.stop.is_set():
-                break
-            if not ready:
-                time.sleep(0.002)
+    def loop_timeout(self):
+        if self.next_at is None or not self.publishing.is_set() or len(self.pending) >= 20:
+            return 0.05
+        return max(0.001, min(0.05, self.next_at - time.time()))
+
+    def tick(self):
+        now = time.time()
+        if self.next_at is None:
+            self.next_at = now
+        ready = self.connected.is_set()
+        if ready and self._resends_pending():
+            ready = False
+            if self.held_at != self.connects:
+                self.held_at = self.connects
+                self.held_for_resend += 1
+        if self.publishing.is_set() and len(self.pending) < 20 and ready and now >= self.next_at:
+            seq = self.sent + 1
+            info = self.c.publish(self.topic, f"{self.client_id}:{seq}", qos=self.qos)
+            self.mids[seq] = info.mid
+            self.pending.append((seq, info))
+            self.sent = seq
+            self.next_at += 1.0 / self.rate
+        still = []
+        for s, info in self.pending:
+            # A message published while disconnected has rc NO_CONN (is_published() then
+            # raises) but stays queued in paho and goes out after the next CONNACK.
+            if info._published:
+                self.acked[s] = (time.time(), self.node.name if self.node else None)
             else:
-                time.sleep(max(0.0, min(0.05, next_at - time.time())) if self.publishing.is_set() else 0.05)
+                still.append((s, info))
+        self.pending = still
 
 
 def main():
@@ -490,7 +500,8 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                     explained += in_gap
                     if len(lost_examples) < 200:
                         lost_examples.append({"subscriber": s.client_id, "publisher": p.client_id,
-                                              "seq": seq, "acked_at": round(at, 3),
+                                              "seq": seq, "mid": p.mids.get(seq),
+                                              "acked_at": round(at, 3),
                                               "publisher_node": node,
                                               "subscriber_session_lost_after": in_gap})
                 rows[-1]["lost_near_a_session_loss"] = explained
@@ -512,6 +523,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                         # `seq` arrived first after `after`, a higher one of the same publisher
                         kept.append({"subscriber": s.client_id, "publisher": p.client_id,
                                      "seq": seq, "after": after, "at": at, "node": node,
+                                     "mid": p.mids.get(seq), "after_mid": p.mids.get(after),
                                      "dup_flag": flagged,
                                      "acked_at": round(acked_at, 3) if acked_at is not None else None,
                                      "across_a_session_loss": is_across})
@@ -521,6 +533,7 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                         if len(dup_examples) < 200:
                             dup_examples.append({"subscriber": s.client_id, "publisher": p.client_id,
                                                  "seq": seq, "again_at": at, "node": node,
+                                                 "mid": p.mids.get(seq),
                                                  "dup_flag": flagged,
                                                  "first_at": st["first_at"].get(seq)})
     totals = {}

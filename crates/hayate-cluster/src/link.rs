@@ -33,6 +33,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 mod answers;
 mod inbound;
+mod routes;
 
 /// Keep alive of a link: a node silent for 1.5 × this is taken as gone by the link (gossip
 /// usually says so first).
@@ -85,7 +86,7 @@ pub(crate) struct Link {
     retry: Arc<tokio::sync::Notify>,
     /// Filters (with their subscription identifiers) the other node's session for us has
     /// (valid while it keeps the session).
-    subscribed: HashMap<Arc<str>, u32>,
+    subscribed: routes::Subscribed,
     ingress: Option<InProcess>,
     /// The first connection starts a new session there.
     first: bool,
@@ -203,7 +204,7 @@ impl Link {
             self.ingress = Some(self.open_ingress(fresh)?);
         }
         let (routes, feed) = self.ctx.routes.snapshot();
-        self.sync_routes(&mut client, routes, fresh)?;
+        self.sync_routes(&mut client, routes, fresh, true)?;
         // Marks for sessions handed over travel in this session's queue there.
         let mark: Arc<str> = Arc::from(MARK_TOPIC);
         self.subscribe_packet(&mut client, std::slice::from_ref(&mark), None, 2)?;
@@ -273,16 +274,23 @@ impl Link {
     /// Brings the other node's subscriptions for us to `routes`; on a new session, also asks
     /// once for every retained message there (a moment's `#` with retain handling 0 and no
     /// subscription identifier: what it brings is stored, not routed).
+    ///
+    /// On a connection (`resync`) every filter of `routes` is subscribed again, not only
+    /// those `subscribed` lacks: a SUBSCRIBE the other node took just before it was killed
+    /// may not have reached its store, and the session it resumes then lacks the filter
+    /// while `subscribed` has it (subscribing again replaces a subscription there, with no
+    /// retained messages: retain handling 2). After a lagged feed only the difference goes.
     fn sync_routes(
         &mut self,
         client: &mut NodeClient,
         routes: Vec<Route>,
         fresh: bool,
+        resync: bool,
     ) -> Result<(), ClusterError> {
-        let wanted: HashMap<Arc<str>, u32> = routes.into_iter().map(|r| (r.filter, r.id)).collect();
+        let wanted: routes::Subscribed = routes.into_iter().map(|r| (r.filter, r.id)).collect();
         let add: Vec<Route> = wanted
             .iter()
-            .filter(|(filter, id)| self.subscribed.get(*filter) != Some(id))
+            .filter(|(filter, id)| resync || self.subscribed.get(*filter) != Some(id))
             .map(|(filter, id)| Route {
                 filter: filter.clone(),
                 id: *id,
@@ -482,32 +490,24 @@ impl Link {
     }
 
     /// A change of this node's route set (and any others already waiting): sent as one
-    /// SUBSCRIBE and one UNSUBSCRIBE. Fallen too far behind: the whole set is compared again.
+    /// SUBSCRIBE and one UNSUBSCRIBE, net of the batch (`routes.rs`). Fallen too far behind:
+    /// the whole set is compared again.
     fn on_route_delta(
         &mut self,
         client: &mut NodeClient,
         first: Result<RouteDelta, broadcast::error::RecvError>,
         feed: &mut broadcast::Receiver<RouteDelta>,
     ) -> Result<(), ClusterError> {
-        let mut add = Vec::new();
-        let mut remove = Vec::new();
+        let mut batch = routes::RouteBatch::default();
         let mut next = first;
         loop {
             match next {
-                Ok(RouteDelta::Add(route)) => {
-                    if self.subscribed.insert(route.filter.clone(), route.id) != Some(route.id) {
-                        add.push(route);
-                    }
-                }
-                Ok(RouteDelta::Remove(filter)) => {
-                    if self.subscribed.remove(&filter).is_some() {
-                        remove.push(filter);
-                    }
-                }
+                Ok(delta) => batch.apply(&mut self.subscribed, delta),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
+                    batch.undo(&mut self.subscribed);
                     let (routes, fresh_feed) = self.ctx.routes.snapshot();
                     *feed = fresh_feed;
-                    return self.sync_routes(client, routes, false);
+                    return self.sync_routes(client, routes, false, false);
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     return Err(ClusterError::Protocol("route feed closed".into()))
@@ -521,7 +521,7 @@ impl Link {
                 Err(_) => break,
             };
         }
-        // A filter added then removed in the same batch goes out as both, in that order.
+        let (add, remove) = batch.changes(&self.subscribed);
         self.subscribe(client, &add)?;
         self.unsubscribe(client, &remove)
     }

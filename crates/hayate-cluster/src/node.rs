@@ -569,7 +569,7 @@ impl Node {
         let mut wake = WakeList::new();
         let now = Instant::now();
         self.ctx.broker.expire_relays(now, &mut wake);
-        self.ctx.broker.expire_own_holds(now, &mut wake);
+        self.ctx.broker.expire_direct_holds(now, &mut wake);
         for doorbell in wake {
             doorbell.notify_one();
         }

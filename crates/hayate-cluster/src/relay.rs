@@ -196,9 +196,9 @@ pub(crate) fn take_over(
         // What this node routed to the old node for the session before now comes back
         // relayed, and the old node queues its end for this node behind it, once this node's
         // mark (below) reaches it: this node's own copies, which reach the session directly
-        // from now on, wait for that end (`docs/CLUSTER.md`, "Own copies after a take-over").
+        // from now on, wait for that end (`docs/CLUSTER.md`, "Direct copies after a take-over").
         // At most half the relay's deadline, as the suppression above.
-        broker.hold_own_copies(&client_id, answer.at, now + routes.relay_timeout() / 2);
+        broker.hold_direct_copies(&client_id, answer.at, now + routes.relay_timeout() / 2);
     }
     // The old node relays these nodes' copies until their marks, and then says so: their own
     // copies wait for that here (`RelayEnds`). Not this node's: what it routes itself cannot

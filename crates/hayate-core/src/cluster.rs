@@ -17,8 +17,8 @@
 //! broker that is not in a cluster never creates it and pays one `OnceLock` load per
 //! subscription change.
 
+mod direct_hold;
 mod fence;
-mod own_hold;
 mod switch;
 
 pub use fence::{Fence, FenceFn, FenceHook};
@@ -185,8 +185,8 @@ pub struct ClusterRoutes {
     switch: switch::SwitchLock,
     /// Fences waiting for their client's first SUBSCRIBE (`fence`).
     fences: fence::Fences,
-    /// Sessions taken over here holding back this node's own copies (`own_hold`).
-    own_holds: own_hold::OwnHolds,
+    /// Sessions taken over here holding back their direct copies (`direct_hold`).
+    direct_holds: direct_hold::DirectHolds,
 }
 
 /// See [`ClusterRoutes::suppress`].
@@ -263,7 +263,7 @@ impl ClusterRoutes {
             relays: Mutex::new(HashMap::new()),
             switch: switch::SwitchLock::default(),
             fences: fence::Fences::default(),
-            own_holds: own_hold::OwnHolds::default(),
+            direct_holds: direct_hold::DirectHolds::default(),
             nodes: RwLock::new(Vec::new()),
             suppressed: Mutex::new(Vec::new()),
             suppressing: std::sync::atomic::AtomicBool::new(false),

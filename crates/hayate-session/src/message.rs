@@ -67,7 +67,7 @@ pub struct PeerScope {
     pub except: Vec<Arc<str>>,
     /// Not forwarded for a subscription here but relayed, or handed over with a session, by
     /// the node that had the session: older than anything a session holds back after a
-    /// take-over, so it goes ahead of that (`Session::hold_own`).
+    /// take-over, so it goes ahead of that (`Session::hold_direct`).
     pub relayed: bool,
 }
 

@@ -162,9 +162,9 @@ struct RareState {
     pubrel_out: VecDeque<PubResp>,
     /// A stored session's journal (`journal.rs`).
     journal: Option<journal::Journal>,
-    /// Own copies held back after a cluster take-over: how many, at the back of `pending`
+    /// Direct copies (own and forwarded) held back after a cluster take-over: how many, at the back of `pending`
     /// (`hold.rs`); `None`: no hold.
-    own_held: Option<usize>,
+    direct_held: Option<usize>,
 }
 
 /// Hashes the packet ids of the outbound in-flight window. The server assigns them (a client
@@ -397,7 +397,7 @@ impl Session {
                 .is_some_and(|rare| !rare.resend.is_empty() || !rare.pubrel_out.is_empty())
                 // QoS 0 needs no in-flight slot: it goes out even with the window full. Own
                 // copies held back (`hold.rs`) wait.
-                || (self.pending.len() > self.own_held()
+                || (self.pending.len() > self.direct_held()
                     && self.pending.front().is_some_and(|front| {
                     front.qos == QoS::AtMostOnce
                         || (self.inflight.len() < usize::from(self.window())
@@ -431,7 +431,7 @@ impl Session {
             return EnqueueOutcome::DroppedQueueFull;
         }
         if spills {
-            self.drop_own_hold();
+            self.drop_direct_hold();
             self.spill(delivery);
             return EnqueueOutcome::Queued {
                 wake: self.connection.is_some(),
@@ -457,7 +457,7 @@ impl Session {
     /// its delivery must be completed to this client and never sent to another
     /// [MQTT-4.8.2-4] [MQTT-4.8.2-5].
     pub fn take_shared_deliveries(&mut self) -> Vec<Delivery> {
-        self.drop_own_hold();
+        self.drop_direct_hold();
         let mut taken = Vec::new();
         let mut kept = VecDeque::with_capacity(self.pending.len());
         for delivery in self.pending.drain(..) {
@@ -503,7 +503,7 @@ impl Session {
     /// and is not taken. Used when the session moves to another node of a cluster; the
     /// session is discarded afterwards.
     pub fn take_all_deliveries(&mut self) -> Vec<Delivery> {
-        self.drop_own_hold();
+        self.drop_direct_hold();
         let mut inflight: Vec<(u64, Delivery)> = self
             .inflight
             .drain()

@@ -436,7 +436,7 @@ async fn moved_during_a_restart(publisher_on: usize) {
     // In order. Publisher on n3: n3's own copies reach the session only after n1's end of
     // relaying n3's earlier ones (without the link's hold, 4 and 381 of 3,000 came after
     // higher ones in 2 of 3 runs). Publisher on n2: the session holds n2's direct copies until
-    // n1's end of relaying n2's earlier ones (`hold_own_copies`).
+    // n1's end of relaying n2's earlier ones (`hold_direct_copies`).
     let reordered = reordered_first_copies(&got);
     assert_eq!(
         reordered,

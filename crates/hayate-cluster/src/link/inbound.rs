@@ -102,7 +102,7 @@ impl Link {
                         // This node's own copies (`relay::take_over`'s hold).
                         self.ctx
                             .broker
-                            .release_own_copies(&client_id, at, &mut wake);
+                            .release_direct_copies(&client_id, at, &mut wake);
                     }
                     for doorbell in wake {
                         doorbell.notify_one();

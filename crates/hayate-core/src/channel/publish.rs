@@ -78,17 +78,18 @@ impl Channel {
             ));
         }
         let from_peer = self.listener().role == ListenerRole::PeerIngress;
-        if publish.qos == QoS::ExactlyOnce && (publish.dup || !from_peer) {
-            // Each id a client's QoS 2 PUBLISH adds to the session, and each PUBLISH a node
-            // link sends again (`known`: the id was there, the message is not routed again):
-            // exactly-once across a move or a restart rests on these ids, so a soak traces
-            // them (with `qos2_pubrel` in `hayate_core::channel` when one leaves).
+        if publish.qos != QoS::AtMostOnce && (!from_peer || publish.dup) {
+            // Every QoS 1/2 PUBLISH of a client, and every one a node link sends again, in the
+            // order they arrive (`known`: a QoS 2 id already there, so the message is not
+            // routed again): the order and exactly-once across a move or a restart rest on
+            // them, so a soak traces them (with `qos2_pubrel` in `hayate_core::channel`).
             tracing::debug!(
                 client_id = ?self.client_id(),
+                qos = publish.qos as u8,
                 packet_id = publish.packet_id.map(|id| id.get()),
                 dup = publish.dup,
                 known = inbound == InboundPublish::DuplicateQos2,
-                "qos2_publish"
+                "publish_received"
             );
         }
         if inbound == InboundPublish::DuplicateQos2 {

@@ -10,8 +10,8 @@ pub struct OutputState {
     pub attached: bool,
     /// Deliveries waiting to be sent (in memory).
     pub pending: usize,
-    /// Of them, own copies held at the back (`hold.rs`).
-    pub own_held: usize,
+    /// Of them, direct copies (own and forwarded) held at the back (`hold.rs`).
+    pub direct_held: usize,
     /// Outbound QoS 1/2 in flight.
     pub inflight: usize,
     /// The in-flight window.
@@ -38,7 +38,7 @@ impl Session {
         OutputState {
             attached: self.connection.is_some(),
             pending: self.pending.len(),
-            own_held: self.own_held(),
+            direct_held: self.direct_held(),
             inflight: self.inflight.len(),
             window,
             spilled: self.spilled(),

@@ -1,5 +1,6 @@
-//! Holding back a session's own copies after it moved between the nodes of a cluster
-//! (`docs/CLUSTER.md`, "Own copies after a take-over"). The node that takes a session over
+//! Holding back a session's direct copies (published on this node or forwarded by another,
+//! not relayed by the old node) after it moved between the nodes of a cluster
+//! (`docs/CLUSTER.md`, "Direct copies after a take-over"). The node that takes a session over
 //! sends its own publishers' messages to it directly from then on, while the ones it routed to
 //! the old node before come back relayed, later. Until the old node says it has relayed them
 //! all, deliveries of messages published on this node wait at the back of the queue, and so
@@ -12,7 +13,7 @@
 //!            ^ relayed copies are inserted here ^                         the others: push_back
 //! ```
 //!
-//! States: no hold; holding (`RareState::own_held` is the number of held deliveries at the
+//! States: no hold; holding (`RareState::direct_held` is the number of held deliveries at the
 //! back). A hold ends when the broker releases it, and whenever the queue is rearranged
 //! otherwise (spilled to disk, read back, handed over, shared deliveries taken, oldest
 //! dropped): what is queued then goes out in queue order, as without a hold.
@@ -24,43 +25,43 @@ impl Session {
     /// forwarded by another one; deliveries relayed or handed over (`PeerScope::relayed`) go
     /// ahead of them. A hold in place stays. No hold while part of the queue is on disk only (it is read back behind
     /// what is in memory).
-    pub fn hold_own(&mut self) {
+    pub fn hold_direct(&mut self) {
         if self.spilled() > 0 {
             return;
         }
         let rare = self.rare();
-        if rare.own_held.is_none() {
-            rare.own_held = Some(0);
+        if rare.direct_held.is_none() {
+            rare.direct_held = Some(0);
         }
     }
 
     /// Ends the hold. True when the connection has something to send now that it had not
     /// (ring its doorbell).
-    pub fn release_own(&mut self) -> bool {
-        let held = self.rare.as_mut().and_then(|rare| rare.own_held.take());
+    pub fn release_direct(&mut self) -> bool {
+        let held = self.rare.as_mut().and_then(|rare| rare.direct_held.take());
         held.is_some_and(|held| held > 0) && self.wants_transmit()
     }
 
-    /// Whether own copies are held back.
-    pub fn holds_own(&self) -> bool {
+    /// Whether direct copies are held back.
+    pub fn holds_direct(&self) -> bool {
         self.rare
             .as_ref()
-            .is_some_and(|rare| rare.own_held.is_some())
+            .is_some_and(|rare| rare.direct_held.is_some())
     }
 
     /// How many deliveries at the back of the queue are held back (0 without a hold).
-    pub(super) fn own_held(&self) -> usize {
+    pub(super) fn direct_held(&self) -> usize {
         self.rare
             .as_ref()
-            .and_then(|rare| rare.own_held)
+            .and_then(|rare| rare.direct_held)
             .unwrap_or(0)
     }
 
     /// The queue is rearranged otherwise: the hold ends, without a wake-up (the caller
     /// transmits or is about to).
-    pub(super) fn drop_own_hold(&mut self) {
+    pub(super) fn drop_direct_hold(&mut self) {
         if let Some(rare) = self.rare.as_mut() {
-            rare.own_held = None;
+            rare.direct_held = None;
         }
     }
 
@@ -69,7 +70,7 @@ impl Session {
     /// the session had nothing it could send before and has now.
     pub(super) fn push_pending(&mut self, delivery: Delivery) -> bool {
         let Session { rare, pending, .. } = self;
-        match rare.as_mut().and_then(|rare| rare.own_held.as_mut()) {
+        match rare.as_mut().and_then(|rare| rare.direct_held.as_mut()) {
             None => {
                 let was_idle = pending.is_empty();
                 pending.push_back(delivery);
@@ -154,8 +155,8 @@ mod tests {
         let now = Instant::now();
         let mut session = Session::new(SessionLimits::default());
         session.attach(params(ProtocolVersion::V5, 100));
-        session.hold_own();
-        assert!(session.holds_own());
+        session.hold_direct();
+        assert!(session.holds_direct());
         // Handed over with the session: ahead of everything, sendable at once.
         assert_eq!(
             session.enqueue(delivery("handed", Origin::Relayed)),
@@ -183,13 +184,13 @@ mod tests {
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["relayed-1", "relayed-2"]
         );
-        assert!(session.release_own(), "the held copies can go now");
-        assert!(!session.holds_own());
+        assert!(session.release_direct(), "the held copies can go now");
+        assert!(!session.holds_direct());
         assert_eq!(
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["own-1", "own-2", "own-3"]
         );
-        assert!(!session.release_own(), "no hold any more");
+        assert!(!session.release_direct(), "no hold any more");
         assert_eq!(
             session.enqueue(delivery("own-4", Origin::Here)),
             EnqueueOutcome::Queued { wake: true }
@@ -205,7 +206,7 @@ mod tests {
         let now = Instant::now();
         let mut session = Session::new(SessionLimits::default());
         session.attach(params(ProtocolVersion::V5, 100));
-        session.hold_own();
+        session.hold_direct();
         session.enqueue(delivery("own-1", Origin::Here));
         assert_eq!(
             session.enqueue(delivery("forwarded-2", Origin::Forwarded)),
@@ -217,7 +218,7 @@ mod tests {
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["relayed-0"]
         );
-        assert!(session.release_own());
+        assert!(session.release_direct());
         assert_eq!(
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["own-1", "forwarded-2"]
@@ -227,7 +228,7 @@ mod tests {
     #[test]
     fn handing_the_session_on_takes_the_queue_in_its_order_and_ends_the_hold() {
         let mut session = Session::new(SessionLimits::default());
-        session.hold_own();
+        session.hold_direct();
         session.enqueue(delivery("own-1", Origin::Here));
         session.enqueue(delivery("relayed-1", Origin::Relayed));
         let taken: Vec<String> = session
@@ -236,7 +237,7 @@ mod tests {
             .map(|d| String::from_utf8_lossy(&d.message.payload).into_owned())
             .collect();
         assert_eq!(taken, ["relayed-1", "own-1"]);
-        assert!(!session.holds_own());
+        assert!(!session.holds_direct());
     }
 
     #[test]
@@ -249,14 +250,14 @@ mod tests {
             ..SessionLimits::default()
         });
         session.attach(params(ProtocolVersion::V5, 100));
-        session.hold_own();
+        session.hold_direct();
         session.enqueue(delivery("own-1", Origin::Here));
         session.enqueue(delivery("own-2", Origin::Here));
         assert!(!session.wants_transmit());
         session.enqueue(delivery("own-3", Origin::Here));
         assert_eq!(dropped.load(std::sync::atomic::Ordering::Relaxed), 1);
         assert!(
-            !session.holds_own(),
+            !session.holds_direct(),
             "the queue lost an entry: no hold counts it any more"
         );
         assert_eq!(
@@ -270,9 +271,9 @@ mod tests {
         let now = Instant::now();
         let mut session = Session::new(SessionLimits::default());
         session.attach(params(ProtocolVersion::V5, 100));
-        session.hold_own();
+        session.hold_direct();
         session.enqueue(delivery("relayed", Origin::Relayed));
-        assert!(!session.release_own(), "nothing was held back");
+        assert!(!session.release_direct(), "nothing was held back");
         assert_eq!(
             payloads(&drain(&mut session, ProtocolVersion::V5, now)),
             ["relayed"]

@@ -379,7 +379,7 @@ impl Session {
         if self.journal().is_none() || self.drops_oldest() {
             return;
         }
-        self.drop_own_hold();
+        self.drop_direct_hold();
         let mut kept = VecDeque::with_capacity(self.pending.len());
         let mut spilled: Vec<u64> = Vec::new();
         for delivery in std::mem::take(&mut self.pending) {
@@ -448,7 +448,7 @@ impl Session {
     /// spilled again meanwhile) is ignored; it is asked for again.
     pub fn apply_page(&mut self, from_seq: u64, page: Vec<Delivery>, exhausted: bool) -> bool {
         // Read back behind what is in memory: no hold counts the back of the queue any more.
-        self.drop_own_hold();
+        self.drop_direct_hold();
         let attached = self.connection.is_some()
             || self.drops_oldest()
             || self.journal().is_some_and(|journal| journal.handing_over);

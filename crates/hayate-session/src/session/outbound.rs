@@ -71,8 +71,8 @@ impl Session {
             }
         }
         let window = usize::from(self.window());
-        // Own copies held back at the back of the queue wait (`hold.rs`).
-        let mut sendable = self.pending.len().saturating_sub(self.own_held());
+        // Direct copies held back at the back of the queue wait (`hold.rs`).
+        let mut sendable = self.pending.len().saturating_sub(self.direct_held());
         while let Some(front) = self.pending.front() {
             if sendable == 0
                 || (front.qos != QoS::AtMostOnce

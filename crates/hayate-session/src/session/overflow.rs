@@ -91,7 +91,7 @@ impl Session {
     /// been sent); false when there is none.
     fn drop_oldest(&mut self) -> bool {
         // The queue loses an entry anywhere: a hold (`hold.rs`) would count its back wrong.
-        self.drop_own_hold();
+        self.drop_direct_hold();
         let Some(index) = self
             .pending
             .iter()

@@ -1,5 +1,5 @@
 //! A session taken over from another node holds back this node's own copies until the old
-//! node's end of relaying them (`docs/CLUSTER.md`, "Own copies after a take-over"), driven
+//! node's end of relaying them (`docs/CLUSTER.md`, "Direct copies after a take-over"), driven
 //! with injected time: the relayed older copies go out first, the own ones after the end or
 //! at the deadline.
 
@@ -77,7 +77,7 @@ fn setup() -> (CoreHarness, TestChannel, TestChannel) {
 fn holding_one_own_copy() -> (CoreHarness, TestChannel, TestChannel) {
     let (harness, c, mut publisher) = setup();
     let until = harness.now() + Duration::from_secs(15);
-    assert!(harness.broker.hold_own_copies("c", AT, until));
+    assert!(harness.broker.hold_direct_copies("c", AT, until));
     publisher
         .publish("o/own", b"own-1", QoS::AtLeastOnce)
         .unwrap();
@@ -96,9 +96,9 @@ fn own_copies_go_out_after_the_relayed_ones_once_the_old_nodes_end_is_here() {
     assert_eq!(payloads(&mut c), ["relayed-1", "relayed-2"]);
 
     let mut wake = Vec::new();
-    harness.broker.release_own_copies("c", AT + 1, &mut wake);
+    harness.broker.release_direct_copies("c", AT + 1, &mut wake);
     assert!(payloads(&mut c).is_empty(), "the end of another take-over");
-    harness.broker.release_own_copies("c", AT, &mut wake);
+    harness.broker.release_direct_copies("c", AT, &mut wake);
     assert_eq!(payloads(&mut c), ["own-1", "own-2"]);
     publisher
         .publish("o/own", b"own-3", QoS::AtLeastOnce)
@@ -117,7 +117,7 @@ fn a_forwarded_copy_waits_behind_the_held_own_ones() {
     relay(&harness, "relayed-0");
     assert_eq!(payloads(&mut c), ["relayed-0"]);
     let mut wake = Vec::new();
-    harness.broker.release_own_copies("c", AT, &mut wake);
+    harness.broker.release_direct_copies("c", AT, &mut wake);
     assert_eq!(payloads(&mut c), ["own-1", "forwarded-2"]);
 }
 
@@ -126,10 +126,10 @@ fn a_hold_whose_end_never_comes_ends_at_its_deadline() {
     let (harness, mut c, _publisher) = holding_one_own_copy();
     let mut wake = Vec::new();
     harness.advance(Duration::from_secs(14));
-    harness.broker.expire_own_holds(harness.now(), &mut wake);
+    harness.broker.expire_direct_holds(harness.now(), &mut wake);
     assert!(payloads(&mut c).is_empty(), "before the deadline");
     harness.advance(Duration::from_secs(1));
-    harness.broker.expire_own_holds(harness.now(), &mut wake);
+    harness.broker.expire_direct_holds(harness.now(), &mut wake);
     assert_eq!(payloads(&mut c), ["own-1"]);
 }
 
@@ -137,12 +137,12 @@ fn a_hold_whose_end_never_comes_ends_at_its_deadline() {
 fn only_a_client_session_here_holds() {
     let (harness, _c, _publisher) = setup();
     let until = harness.now() + Duration::from_secs(15);
-    assert!(!harness.broker.hold_own_copies("nobody", AT, until));
+    assert!(!harness.broker.hold_direct_copies("nobody", AT, until));
     let single = CoreHarness::new();
     let mut c = single.client(ConnectSpec::v5("c"));
     c.received();
     assert!(
-        !single.broker.hold_own_copies("c", AT, until),
+        !single.broker.hold_direct_copies("c", AT, until),
         "not in a cluster"
     );
 }
