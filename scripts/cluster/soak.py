@@ -95,6 +95,26 @@ class Node:
         return False
 
 
+class Client(mqtt.Client):
+    """paho's client with one fix. Every connect() resets the states of the messages in
+    flight for the next CONNACK (`_messages_reconnect_reset_out`): a QoS 2 message waiting
+    for PUBCOMP becomes "send PUBREL again". A second reset before a CONNACK (a connect()
+    that failed: the node picked was dead) takes "send PUBREL again" for a message never
+    sent, and paho then sends the message again as a new PUBLISH without DUP, which any
+    broker must route again (its packet id was released by the PUBREL): a QoS 2 duplicate of
+    the client's own making. Found on 2026-11-30 (docs/CLUSTER.md, "Measured"); paho-mqtt
+    2.2.0. Here the PUBREL state survives any number of resets."""
+
+    def _messages_reconnect_reset_out(self):
+        with self._out_message_mutex:
+            again = [m for m in self._out_messages.values()
+                     if m.qos == 2 and m.state == mqtt.mqtt_ms_resend_pubrel]
+        super()._messages_reconnect_reset_out()
+        with self._out_message_mutex:
+            for m in again:
+                m.state = mqtt.mqtt_ms_resend_pubrel
+
+
 class SoakClient(threading.Thread):
     """One paho client with a persistent session (clean session off) that connects to a random
     node, and moves to another random node on connection loss and every few tens of seconds."""
@@ -102,7 +122,7 @@ class SoakClient(threading.Thread):
     def __init__(self, client_id, nodes, stop, move_every):
         super().__init__(daemon=True)
         self.client_id, self.nodes, self.stop, self.move_every = client_id, nodes, stop, move_every
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+        self.c = Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
                              clean_session=False, protocol=mqtt.MQTTv311)
         self.c.max_inflight_messages_set(20)
         self.c.max_queued_messages_set(0)
