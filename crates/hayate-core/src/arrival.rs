@@ -145,6 +145,7 @@ impl RecentPublishes {
         let mut found: Vec<(Arrival, Arc<Message>)> = Vec::new();
         for shard in &self.shards {
             let shard = shard.lock();
+            let start = found.len();
             for record in shard.records.iter().rev() {
                 if record.arrival.as_nanos() + window_nanos.max(STAMP_SLACK_NANOS)
                     < after.as_nanos()
@@ -167,6 +168,9 @@ impl RecentPublishes {
                     found.push((record.arrival, record.message.clone()));
                 }
             }
+            // Found newest first: back to routing order, which the stable sort below keeps
+            // for messages with one stamp (one read of a publisher's socket brings many).
+            found[start..].reverse();
         }
         found.sort_by_key(|(arrival, _)| *arrival);
         found.into_iter().map(|(_, message)| message).collect()
@@ -213,6 +217,22 @@ mod tests {
         // Not 1_000 (arrived before, beyond the slack), not 3_000 (other topic), not 4_000
         // (saw version 6).
         assert_eq!(arrivals, vec![2_000]);
+    }
+
+    /// One read of a publisher's socket stamps all its packets alike: they are caught up in
+    /// the order they were routed. The newest-first scan of the record gave them in reverse
+    /// (a kill soak of 2026-11-30 saw a publisher's 20 resent messages reach a subscriber
+    /// that way).
+    #[test]
+    fn messages_with_one_stamp_are_caught_up_in_routing_order() {
+        let recent = RecentPublishes::new(Duration::from_millis(100), 1 << 20);
+        let at = 10 * STAMP_SLACK_NANOS;
+        for topic in ["m1", "m2", "m3"] {
+            recent.record(&message(topic, at, 1), 1);
+        }
+        let missed = recent.missed(Arrival::from_nanos(at - 1), 2, 9, |_| true);
+        let topics: Vec<&str> = missed.iter().map(|m| &*m.topic).collect();
+        assert_eq!(topics, vec!["m1", "m2", "m3"]);
     }
 
     #[test]
