@@ -352,7 +352,9 @@ impl Channel {
                 let (known, ticket) = self.with_session_ticket(out, |state, _| {
                     state.session.handle_pubrel(rel.packet_id)
                 })?;
-                if self.listener().role != crate::ListenerRole::PeerIngress {
+                if tracing::enabled!(tracing::Level::DEBUG)
+                    && self.listener().role != crate::ListenerRole::PeerIngress
+                {
                     tracing::debug!(client_id = ?self.client_id(), packet_id = rel.packet_id.get(), known, "qos2_pubrel");
                 }
                 // [MQTT-4.3.3-11] always answer PUBCOMP; v5 says whether the id was known.

@@ -77,8 +77,11 @@ impl Channel {
                 out,
             ));
         }
-        let from_peer = self.listener().role == ListenerRole::PeerIngress;
-        if publish.qos != QoS::AtMostOnce && (!from_peer || publish.dup) {
+        // Checked first: nothing of this runs per message while debug logging is off.
+        if tracing::enabled!(tracing::Level::DEBUG)
+            && publish.qos != QoS::AtMostOnce
+            && (publish.dup || self.listener().role != ListenerRole::PeerIngress)
+        {
             // Every QoS 1/2 PUBLISH of a client, and every one a node link sends again, in the
             // order they arrive (`known`: a QoS 2 id already there, so the message is not
             // routed again): the order and exactly-once across a move or a restart rest on
