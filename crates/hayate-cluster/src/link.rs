@@ -309,6 +309,7 @@ impl Link {
                 self.unsubscribe(client, &[all])?;
             }
         }
+        self.log_routes_sent(&add, &remove, resync);
         self.subscribe(client, &add)?;
         self.unsubscribe(client, &remove)?;
         self.subscribed = wanted;
@@ -522,8 +523,21 @@ impl Link {
             };
         }
         let (add, remove) = batch.changes(&self.subscribed);
+        self.log_routes_sent(&add, &remove, false);
         self.subscribe(client, &add)?;
         self.unsubscribe(client, &remove)
+    }
+
+    /// One debug line per batch of route changes sent to the other node.
+    fn log_routes_sent(&self, add: &[Route], remove: &[Arc<str>], resync: bool) {
+        if (add.is_empty() && remove.is_empty()) || !tracing::enabled!(tracing::Level::DEBUG) {
+            return;
+        }
+        let add: Vec<String> = add
+            .iter()
+            .map(|r| format!("{}#{}", r.filter, r.id))
+            .collect();
+        tracing::debug!(peer = %self.peer, ?add, ?remove, resync, "cluster_routes_sent");
     }
 
     /// Marks were posted (sessions taken over here): publishes this link's on the other

@@ -67,6 +67,16 @@ impl Link {
         } else if publish.topic.as_str() == RELAY_TOPIC {
             match decode_relay(&publish, now) {
                 Some((client_id, deliveries)) => {
+                    if tracing::enabled!(tracing::Level::DEBUG) {
+                        let payloads: Vec<String> = deliveries
+                            .iter()
+                            .map(|d| {
+                                let p = &d.message.payload;
+                                String::from_utf8_lossy(&p[..p.len().min(24)]).into_owned()
+                            })
+                            .collect();
+                        tracing::debug!(peer = %self.peer, %client_id, ?payloads, "cluster_relay_received");
+                    }
                     let mut wake = hayate_core::WakeList::new();
                     if let Err(dropped) = self
                         .ctx
