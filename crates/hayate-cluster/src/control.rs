@@ -356,8 +356,9 @@ pub(crate) fn answer_message(
     )
 }
 
-/// One delivery as a PUBLISH (DUP when it may have been sent, the remaining expiry
-/// interval, its subscription identifiers); nothing when it expired.
+/// One delivery as a PUBLISH (DUP and the packet id it went out under when it may have been
+/// sent, the remaining expiry interval, its subscription identifiers); nothing when it
+/// expired.
 fn encode_delivery(delivery: &Delivery, now: Instant, payload: &mut BytesMut) {
     let message = &delivery.message;
     if message.expires_at.is_some_and(|at| at <= now) {
@@ -367,11 +368,16 @@ fn encode_delivery(delivery: &Delivery, now: Instant, payload: &mut BytesMut) {
         .expires_at
         .map(|at| at.saturating_duration_since(now).as_secs().max(1) as u32);
     let publish = Publish {
-        dup: delivery.maybe_sent && delivery.qos != QoS::AtMostOnce,
+        dup: delivery.maybe_sent() && delivery.qos != QoS::AtMostOnce,
         qos: delivery.qos,
         retain: delivery.retain,
         topic: message.topic.clone(),
-        packet_id: (delivery.qos != QoS::AtMostOnce).then(|| PacketId::new(1).expect("non-zero")),
+        // The id it went out under when it may have been sent (DUP), else a placeholder.
+        packet_id: (delivery.qos != QoS::AtMostOnce).then(|| {
+            delivery
+                .sent_as
+                .unwrap_or(PacketId::new(1).expect("non-zero"))
+        }),
         properties: Properties {
             message_expiry_interval: remaining,
             subscription_identifiers: delivery.subscription_ids.clone(),
@@ -568,7 +574,7 @@ fn delivery(publish: Publish, from_peer: &Arc<hayate_core::PeerScope>, now: Inst
     .forwarded_by_peer(from_peer.clone());
     Delivery {
         subscription_ids,
-        maybe_sent: publish.dup,
+        sent_as: publish.dup.then_some(publish.packet_id).flatten(),
         ..Delivery::new(Arc::new(message), publish.qos, publish.retain)
     }
 }

@@ -273,7 +273,7 @@ mod tests {
                 subscription_ids: Vec::new(),
                 shared_group: None,
                 seq: 0,
-                maybe_sent: false,
+                sent_as: None,
             });
         }
     }

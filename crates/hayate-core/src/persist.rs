@@ -269,7 +269,7 @@ impl Attached {
             subscription_ids: entry.subscription_ids,
             shared_group: entry.shared_group.map(Arc::from),
             seq: entry.seq,
-            maybe_sent: false,
+            sent_as: None,
         })
     }
 

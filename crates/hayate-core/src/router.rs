@@ -380,7 +380,7 @@ impl Router {
                 subscription_ids: target.subscription_ids,
                 shared_group: None,
                 seq: 0,
-                maybe_sent: false,
+                sent_as: None,
             };
             self.enqueue(&target.cell, delivery, reader, now, wake, &mut outcome);
         }
@@ -483,7 +483,7 @@ impl Router {
             subscription_ids: chosen.record.subscription_id.into_iter().collect(),
             shared_group: Some(group.key.clone()),
             seq: 0,
-            maybe_sent: false,
+            sent_as: None,
         };
         // Already checked: the group member was chosen among those that may read.
         self.enqueue(&chosen.cell, delivery, None, now, wake, outcome);

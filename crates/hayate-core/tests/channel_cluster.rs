@@ -182,7 +182,7 @@ fn a_session_is_handed_over_whole_and_its_routes_go_with_it() {
     let payloads: Vec<(&[u8], bool)> = handed
         .deliveries
         .iter()
-        .map(|d| (d.message.payload.as_ref(), d.maybe_sent))
+        .map(|d| (d.message.payload.as_ref(), d.maybe_sent()))
         .collect();
     assert_eq!(payloads, vec![(&b"2"[..], true), (&b"3"[..], false)]);
     assert!(harness.session("c").is_none(), "the session ended here");
@@ -307,6 +307,55 @@ fn a_released_qos2_message_moves_as_its_pubrel() {
         0,
         "complete after PUBCOMP"
     );
+}
+
+/// Messages in flight when a session moves go out again from the new node under the packet
+/// ids they had, with DUP [MQTT-4.4.0-1]: a client that hands a QoS 2 message to its
+/// application at PUBLISH keeps its id until the PUBREL and takes the resend for the same
+/// message. With new ids it took the resends for new messages (and kept the old ids for
+/// ever). Without and with a store (a stored session derives ids from queue positions).
+#[test]
+fn messages_in_flight_go_out_again_under_their_packet_ids_after_a_handover() {
+    for stored in [false, true] {
+        let (harness, _) = CoreHarness::clustered();
+        if stored {
+            harness.attach_memory_store(1_700_000_000_000);
+        }
+        let session = || ConnectSpec::v5("c").clean_start(false).session_expiry(600);
+        let mut client = harness.client(session());
+        client.subscribe("o/#", QoS::ExactlyOnce);
+        client.received();
+        let mut publisher = harness.client(ConnectSpec::v5("pub"));
+        for n in 0..3u8 {
+            publisher.publish("o/x", &[n], QoS::ExactlyOnce).unwrap();
+        }
+        let sent = client.transmit_publishes();
+        assert_eq!(sent.len(), 3, "stored: {stored}");
+        // The first completes; the PUBRECs of the other two are lost with the old node.
+        let first = sent[0].packet_id.unwrap();
+        client.send(Packet::PubRec(PubResp::new(first))).unwrap();
+        client.send(Packet::PubComp(PubResp::new(first))).unwrap();
+        let before: Vec<(u8, Option<u16>)> = sent[1..]
+            .iter()
+            .map(|p| (p.payload[0], p.packet_id.map(|id| id.get())))
+            .collect();
+
+        let mut wake = Vec::new();
+        let handed = harness
+            .hand_over("c", hayate_core::Arrival::UNKNOWN, None, &mut wake)
+            .expect("a session here");
+        let mut moved = harness.client(session());
+        assert!(harness
+            .broker
+            .take_over("c", handed, harness.now(), &mut wake));
+        let again = moved.transmit_publishes();
+        assert!(again.iter().all(|p| p.dup), "stored: {stored}: {again:?}");
+        let after: Vec<(u8, Option<u16>)> = again
+            .iter()
+            .map(|p| (p.payload[0], p.packet_id.map(|id| id.get())))
+            .collect();
+        assert_eq!(after, before, "stored: {stored}");
+    }
 }
 
 /// A stored session that is offline keeps its queue on disk only; handed over to another

@@ -1,7 +1,7 @@
 //! Application messages and their delivery to one subscriber.
 
 use bytes::{Bytes, BytesMut};
-use hayate_codec::{encode_publish_header, ByteStr, Properties, ProtocolVersion, QoS};
+use hayate_codec::{encode_publish_header, ByteStr, PacketId, Properties, ProtocolVersion, QoS};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -335,8 +335,11 @@ pub struct Delivery {
     /// Its position in a stored session's queue (0: not stored); see
     /// [`crate::JournalEvent`]. Set by [`crate::Session::enqueue`].
     pub seq: u64,
-    /// It may have been sent before the broker restarted: its first PUBLISH carries DUP.
-    pub maybe_sent: bool,
+    /// It may have been sent before, under this packet id: before the broker restarted (a
+    /// stored entry, its id derived from `seq`), or by another node of a cluster before the
+    /// session was handed over here. It goes out again with DUP and under the same id
+    /// [MQTT-4.4.0-1]; see [`crate::Session::poll_transmit`] for when that id is taken.
+    pub sent_as: Option<PacketId>,
 }
 
 impl Delivery {
@@ -350,8 +353,13 @@ impl Delivery {
             subscription_ids: Vec::new(),
             shared_group: None,
             seq: 0,
-            maybe_sent: false,
+            sent_as: None,
         }
+    }
+
+    /// It may have been sent before (see [`Delivery::sent_as`]): its PUBLISH carries DUP.
+    pub fn maybe_sent(&self) -> bool {
+        self.sent_as.is_some()
     }
 
     /// Bytes this delivery holds on to, for queue accounting.

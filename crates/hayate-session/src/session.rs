@@ -498,8 +498,9 @@ impl Session {
     }
 
     /// Takes every message the session still owes its client, in send order: those in
-    /// flight whose PUBLISH may not have been received (waiting for PUBACK or PUBREC; marked
-    /// as possibly sent), then those queued. A QoS 2 message whose PUBREL is out was received
+    /// flight whose PUBLISH may not have been received (waiting for PUBACK or PUBREC; each
+    /// with the packet id it went out under, `Delivery::sent_as`, for the next node to send
+    /// it again under [MQTT-4.4.0-1]), then those queued. A QoS 2 message whose PUBREL is out was received
     /// and is not taken. Used when the session moves to another node of a cluster; the
     /// session is discarded afterwards.
     pub fn take_all_deliveries(&mut self) -> Vec<Delivery> {
@@ -508,16 +509,15 @@ impl Session {
             .inflight
             .drain()
             .filter(|(_, f)| f.state != OutflightState::AwaitPubComp)
-            .filter_map(|(_, f)| f.delivery.map(|d| (f.seq, d)))
-            .collect();
-        inflight.sort_unstable_by_key(|(seq, _)| *seq);
-        let mut taken: Vec<Delivery> = inflight
-            .into_iter()
-            .map(|(_, mut d)| {
-                d.maybe_sent = true;
-                d
+            .filter_map(|(id, f)| {
+                f.delivery.map(|mut d| {
+                    d.sent_as = PacketId::new(id);
+                    (f.seq, d)
+                })
             })
             .collect();
+        inflight.sort_unstable_by_key(|(seq, _)| *seq);
+        let mut taken: Vec<Delivery> = inflight.into_iter().map(|(_, d)| d).collect();
         taken.extend(self.pending.drain(..));
         taken
     }

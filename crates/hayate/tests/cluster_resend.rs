@@ -203,3 +203,75 @@ async fn a_full_window_for_a_frozen_node_is_followed_by_the_rest() {
         cluster.logs()
     );
 }
+
+/// A client's QoS 2 messages in flight (PUBLISH received, no PUBREC sent) when it moves to
+/// another node go out again from there under the packet ids they had, with DUP
+/// [MQTT-4.4.0-1] (docs/CLUSTER.md, "Sessions"): a client that keeps an id until its PUBREL
+/// takes the resend for the same message, not for a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_in_flight_to_a_moving_client_keep_their_packet_ids() {
+    let cluster = Cluster::start(Path::new(HAYATE), 2, &[]).await;
+    let [n1, n2] = &cluster.nodes[..] else {
+        unreachable!()
+    };
+    let (mut client, _) = connect_persistent(n1.mqtt, "ids-mover").await;
+    client.subscribe("ids/#", QoS::ExactlyOnce, 1).await;
+    let mut publisher = n2.client("ids-pub", true).await;
+    await_route(&mut publisher, &mut client, "ids/probe").await;
+    for i in 0..5u16 {
+        let payload = format!("m{i}");
+        publisher
+            .publish("ids/x", payload.as_bytes(), QoS::ExactlyOnce, false, i + 1)
+            .await;
+    }
+    // m0 and m1 complete (n1's ids move on); m2..m4 stay in flight.
+    let mut held: Vec<(String, u16)> = Vec::new();
+    let mut completed = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while held.len() < 3 || completed < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "held {held:?}, completed {completed}"
+        );
+        match client.recv_timeout(Duration::from_secs(5)).await {
+            Received::Packet(Packet::Publish(p)) if p.payload.starts_with(b"m") => {
+                let id = p.packet_id.expect("QoS 2");
+                let payload = String::from_utf8_lossy(&p.payload).into_owned();
+                if payload == "m0" || payload == "m1" {
+                    client.send(Packet::PubRec(PubResp::new(id))).await;
+                } else {
+                    held.push((payload, id.get()));
+                }
+            }
+            Received::Packet(Packet::PubRel(rel)) => {
+                client
+                    .send(Packet::PubComp(PubResp::new(rel.packet_id)))
+                    .await;
+                completed += 1;
+            }
+            Received::Packet(_) => {}
+            other => panic!("before the move: {other:?}"),
+        }
+    }
+    client.drop_connection().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (mut moved, connack) = connect_persistent(n2.mqtt, "ids-mover").await;
+    assert!(connack.session_present, "{}", n1.log_text());
+    let mut again: Vec<(String, u16)> = Vec::new();
+    while again.len() < held.len() {
+        match moved.recv_timeout(Duration::from_secs(5)).await {
+            Received::Packet(Packet::Publish(p)) => {
+                assert!(p.dup, "sent before: DUP ({p:?})");
+                let id = p.packet_id.expect("QoS 2").get();
+                again.push((String::from_utf8_lossy(&p.payload).into_owned(), id));
+            }
+            Received::Packet(_) => {}
+            other => panic!("after the move, got {again:?}, then {other:?}"),
+        }
+    }
+    assert_eq!(
+        again, held,
+        "the same messages under the same ids, in order"
+    );
+}

@@ -120,9 +120,22 @@ fn a_session_round_trips_with_options_ids_and_expiry() {
     );
     let delivery = Delivery {
         subscription_ids: vec![9],
-        maybe_sent: true,
+        sent_as: PacketId::new(4_321),
         ..Delivery::new(Arc::new(message), QoS::AtLeastOnce, false)
     };
+    let fresh = Delivery::new(
+        Arc::new(Message::new(
+            "t/2".into(),
+            Bytes::from_static(b"q"),
+            QoS::AtLeastOnce,
+            false,
+            Properties::default(),
+            None,
+            Some(7),
+        )),
+        QoS::AtLeastOnce,
+        false,
+    );
     let handed = HandedOver {
         subscriptions: vec![(
             "t/+".into(),
@@ -131,7 +144,7 @@ fn a_session_round_trips_with_options_ids_and_expiry() {
                 subscription_id: Some(9),
             },
         )],
-        deliveries: vec![delivery],
+        deliveries: vec![delivery, fresh],
         inbound_qos2: vec![3, 9],
         released: vec![12, 4],
         relaying_for: vec![Arc::from("n3"), Arc::from("n2")],
@@ -160,8 +173,13 @@ fn a_session_round_trips_with_options_ids_and_expiry() {
     let d = &back.deliveries[0];
     assert_eq!(d.message.topic.as_str(), "t/1");
     assert_eq!(d.qos, QoS::AtLeastOnce);
-    assert!(d.maybe_sent);
+    assert_eq!(d.sent_as, PacketId::new(4_321), "sent again under its id");
     assert_eq!(d.subscription_ids, vec![9]);
+    assert_eq!(back.deliveries[1].message.topic.as_str(), "t/2");
+    assert_eq!(
+        back.deliveries[1].sent_as, None,
+        "never sent: no DUP, no id"
+    );
     assert_eq!(back.inbound_qos2, vec![3, 9]);
     assert_eq!(back.released, vec![12, 4], "in send order");
     assert_eq!(

@@ -232,7 +232,7 @@ impl Channel {
             subscription_ids: subscription_ids.clone(),
             shared_group: None,
             seq: 0,
-            maybe_sent: false,
+            sent_as: None,
         });
         let caught_up = missed.into_iter().map(|message| Delivery {
             qos: message.qos.min(options.qos),
@@ -241,7 +241,7 @@ impl Channel {
             subscription_ids: subscription_ids.clone(),
             shared_group: None,
             seq: 0,
-            maybe_sent: false,
+            sent_as: None,
         });
         // Retained and caught-up messages are deliveries too: each is checked against the
         // subscriber's read access, when the hook has read rules.

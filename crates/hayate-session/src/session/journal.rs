@@ -111,6 +111,23 @@ impl Journal {
         self.events.push(event);
     }
 
+    /// The seq for a new entry: the next one, or, for a delivery sent before under a packet
+    /// id (handed over from another node of a cluster), the first from there whose derived id
+    /// is that one, so that it goes out again under it [MQTT-4.4.0-1]. The seqs skipped stay
+    /// unused: the store reads pages over gaps, and counts entries, not seqs.
+    fn take_seq(&mut self, sent_as: Option<PacketId>) -> u64 {
+        let seq = match sent_as {
+            Some(id) => {
+                let period = u64::from(u16::MAX);
+                let current = u64::from(derived_packet_id(self.next_seq));
+                self.next_seq + (u64::from(id.get()) + period - current) % period
+            }
+            None => self.next_seq,
+        };
+        self.next_seq = seq + 1;
+        seq
+    }
+
     pub(super) fn spill_reading(&self) -> Option<bool> {
         self.spill.as_ref().map(|spill| spill.reading)
     }
@@ -169,8 +186,7 @@ impl Session {
         let Some(journal) = self.journal_mut() else {
             return;
         };
-        delivery.seq = journal.next_seq;
-        journal.next_seq += 1;
+        delivery.seq = journal.take_seq(delivery.sent_as);
         if delivery.qos == QoS::ExactlyOnce {
             journal.qos2_gates.push_back((delivery.seq, 0));
             journal.unstamped = true;
@@ -355,8 +371,7 @@ impl Session {
         let Some(journal) = self.journal_mut() else {
             return;
         };
-        delivery.seq = journal.next_seq;
-        journal.next_seq += 1;
+        delivery.seq = journal.take_seq(delivery.sent_as);
         let seq = delivery.seq;
         // Durable before it is ever read back: no gate.
         journal.record(JournalEvent::Queued(delivery));
@@ -471,7 +486,9 @@ impl Session {
                 break;
             }
             next_seq = delivery.seq + 1;
-            delivery.maybe_sent = delivery.seq < maybe_sent_below;
+            if delivery.seq < maybe_sent_below {
+                delivery.sent_as = PacketId::new(derived_packet_id(delivery.seq));
+            }
             self.held_bytes += delivery.weight();
             self.pending.push_back(delivery);
             applied += 1;
@@ -485,7 +502,9 @@ impl Session {
             spill.count = if exhausted && applied == taken {
                 // Everything on disk when the page was read is in memory now; what is left
                 // came in meanwhile, minus what of it the read already saw (every entry queued
-                // while a spill exists is spilled, under consecutive seqs).
+                // while a spill exists is spilled, under consecutive seqs; a handed-over
+                // message's seq may skip some, `Journal::take_seq`: then this counts too many,
+                // and the next page, read empty, sets it right).
                 spill.added_while_reading.min(allocated_since)
             } else {
                 spill.count.saturating_sub(applied)
@@ -540,7 +559,7 @@ impl Session {
         }
         self.charged += charge;
         self.held_bytes += weight;
-        delivery.maybe_sent = true;
+        delivery.sent_as = PacketId::new(derived_packet_id(delivery.seq));
         self.pending.push_back(delivery);
         true
     }

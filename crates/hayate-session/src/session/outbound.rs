@@ -99,11 +99,8 @@ impl Session {
                     Err(Unsendable::TooLarge) => report.too_large += 1,
                 }
             } else {
-                let id = match delivery.seq {
-                    0 => self.allocate_packet_id(),
-                    seq => journal::derived_packet_id(seq),
-                };
-                let dup = delivery.maybe_sent;
+                let id = self.packet_id_for(&delivery);
+                let dup = delivery.maybe_sent();
                 match self.write_publish(&conn, &delivery, Some(id), dup, now, out) {
                     Ok(()) => {
                         report.count_published(delivery.qos, delivery.message.payload.len());
@@ -150,6 +147,22 @@ impl Session {
                 seq,
                 released: false,
             });
+        }
+    }
+
+    /// The packet id `delivery` goes out under: a stored entry's is derived from its seq (the
+    /// seq of one sent before under another id was chosen to derive that id, and it waits
+    /// while that id is in flight: `journal_blocks`); one sent before on another node of a
+    /// cluster keeps that node's id [MQTT-4.4.0-1] unless the id is in flight here already
+    /// (a session merged with one this node served meanwhile), then it gets a new one, as
+    /// does any other delivery.
+    fn packet_id_for(&mut self, delivery: &Delivery) -> u16 {
+        if delivery.seq != 0 {
+            return journal::derived_packet_id(delivery.seq);
+        }
+        match delivery.sent_as {
+            Some(id) if !self.inflight.contains_key(&id.get()) => id.get(),
+            _ => self.allocate_packet_id(),
         }
     }
 

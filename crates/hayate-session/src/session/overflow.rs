@@ -5,7 +5,7 @@
 //!
 //! Only messages **waiting** in the queue are dropped: a message in flight (sent, not
 //! acknowledged) stays, so that its QoS 1/2 flow completes, and a QoS 2 message that may have
-//! been sent before a restart or a handover (`maybe_sent`) is never dropped either: the
+//! been sent before a restart or a handover (`Delivery::sent_as`) is never dropped either: the
 //! receiver may hold its packet id, which would make a later message under that id a
 //! "duplicate". When nothing can be dropped the new message is (as with drop-newest).
 //!
@@ -95,7 +95,7 @@ impl Session {
         let Some(index) = self
             .pending
             .iter()
-            .position(|d| !(d.qos == QoS::ExactlyOnce && d.maybe_sent))
+            .position(|d| !(d.qos == QoS::ExactlyOnce && d.maybe_sent()))
         else {
             return false;
         };

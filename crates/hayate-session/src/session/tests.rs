@@ -36,7 +36,7 @@ pub(super) fn delivery(topic: &str, qos: QoS) -> Delivery {
         subscription_ids: Vec::new(),
         shared_group: None,
         seq: 0,
-        maybe_sent: false,
+        sent_as: None,
     }
 }
 
@@ -331,7 +331,7 @@ fn budget_pressure_makes_large_holders_congested() {
             subscription_ids: Vec::new(),
             shared_group: None,
             seq: 0,
-            maybe_sent: false,
+            sent_as: None,
         }
     };
     session.enqueue(big(60 * 1024));
@@ -358,7 +358,7 @@ fn message_with(topic: &str, payload: &[u8], qos: QoS, expires_at: Option<Instan
         subscription_ids: Vec::new(),
         shared_group: None,
         seq: 0,
-        maybe_sent: false,
+        sent_as: None,
     }
 }
 
@@ -454,4 +454,52 @@ fn fuzz_4_started_delivery_is_resent_even_after_expiry() {
             "still awaiting its acknowledgement"
         );
     }
+}
+
+/// A session handed over between nodes of a cluster: what was in flight goes with the packet
+/// ids it went out under, and the next node sends it again under them, with DUP
+/// [MQTT-4.4.0-1]; an id already in flight there (a merged session) is not reused.
+#[test]
+fn mqtt_4_4_0_1_messages_in_flight_move_with_their_packet_ids() {
+    let now = Instant::now();
+    let mut old = Session::new(SessionLimits::default());
+    old.attach(params(ProtocolVersion::V5, 10));
+    for n in 0..4 {
+        old.enqueue(delivery(&format!("t/{n}"), QoS::ExactlyOnce));
+    }
+    let sent = publish_ids(&drain(&mut old, ProtocolVersion::V5, now));
+    assert_eq!(sent, vec![(1, false), (2, false), (3, false), (4, false)]);
+    assert!(old.handle_pubrec(PacketId::new(1).unwrap(), ReasonCode::SUCCESS));
+    assert!(old.handle_pubcomp(PacketId::new(1).unwrap()));
+    old.enqueue(delivery("t/queued", QoS::ExactlyOnce));
+    let handed = old.take_all_deliveries();
+    let ids: Vec<Option<u16>> = handed
+        .iter()
+        .map(|d| d.sent_as.map(|id| id.get()))
+        .collect();
+    assert_eq!(ids, vec![Some(2), Some(3), Some(4), None]);
+
+    // The next node's session has id 3 in flight for a message of its own already.
+    let mut new = Session::new(SessionLimits::default());
+    new.attach(params(ProtocolVersion::V5, 10));
+    for _ in 0..3 {
+        new.enqueue(delivery("t/own", QoS::AtMostOnce));
+    }
+    let mut own = delivery("t/own", QoS::AtLeastOnce);
+    own.sent_as = PacketId::new(3);
+    new.enqueue(own);
+    assert_eq!(
+        publish_ids(&drain(&mut new, ProtocolVersion::V5, now)),
+        vec![(0, false), (0, false), (0, false), (3, true)]
+    );
+    for delivery in handed {
+        new.enqueue(delivery);
+    }
+    let resent = publish_ids(&drain(&mut new, ProtocolVersion::V5, now));
+    assert_eq!(resent[0], (2, true));
+    assert_ne!(resent[1].0, 3, "3 is in flight: another id");
+    assert!(resent[1].1, "still DUP");
+    assert_eq!(resent[2], (4, true));
+    assert!(!resent[3].1, "the queued one was never sent");
+    assert!(![2, 3, 4].contains(&resent[3].0));
 }

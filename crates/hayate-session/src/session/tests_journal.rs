@@ -101,3 +101,31 @@ fn adopted_inbound_qos2_ids_are_recorded_and_restored_ones_are_not() {
     ids.sort_unstable();
     assert_eq!(ids, [7, 9]);
 }
+
+/// A stored session's packet ids are derived from its entries' seqs: a delivery handed over
+/// from another node with the id it went out under there gets the seq that derives that id
+/// (the seqs between stay unused), and the entries after it follow on [MQTT-4.4.0-1].
+#[test]
+fn a_handed_over_delivery_keeps_its_packet_id_in_a_stored_session() {
+    let now = Instant::now();
+    let mut session = Session::new(SessionLimits::default());
+    session.enable_journal(70_000);
+    session.attach(params(ProtocolVersion::V5, 10));
+    let mut moved = delivery("t/moved", QoS::AtLeastOnce);
+    moved.sent_as = PacketId::new(9);
+    session.enqueue(moved);
+    session.enqueue(delivery("t/next", QoS::AtLeastOnce));
+    let seqs: Vec<u64> = session
+        .take_journal()
+        .iter()
+        .filter_map(|event| match event {
+            JournalEvent::Queued(d) => Some(d.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, vec![2 * 65_535 + 9, 2 * 65_535 + 10]);
+    assert_eq!(
+        super::tests::publish_ids(&drain(&mut session, ProtocolVersion::V5, now)),
+        vec![(9, true), (10, false)]
+    );
+}

@@ -131,10 +131,10 @@ fn a_qos2_message_that_may_have_been_sent_is_not_dropped() {
     let (limits, dropped) = drop_oldest(2, usize::MAX);
     let mut session = Session::new(limits);
     let mut maybe = numbered(0, QoS::ExactlyOnce);
-    maybe.maybe_sent = true;
+    maybe.sent_as = PacketId::new(7);
     session.enqueue(maybe);
     let mut qos1 = numbered(1, QoS::AtLeastOnce);
-    qos1.maybe_sent = true;
+    qos1.sent_as = PacketId::new(8);
     session.enqueue(qos1);
     session.enqueue(numbered(2, QoS::AtLeastOnce));
     session.enqueue(numbered(3, QoS::AtLeastOnce));
