@@ -102,7 +102,7 @@ class Client(mqtt.Client):
     that failed: the node picked was dead) takes "send PUBREL again" for a message never
     sent, and paho then sends the message again as a new PUBLISH without DUP, which any
     broker must route again (its packet id was released by the PUBREL): a QoS 2 duplicate of
-    the client's own making. Found on 2026-11-30 (docs/CLUSTER.md, "Measured"); paho-mqtt
+    the client's own making. Found on 2026-11-30 (docs/CLUSTER-MEASURED.md); paho-mqtt
     2.2.0. Here the PUBREL state survives any number of resets."""
 
     def _messages_reconnect_reset_out(self):

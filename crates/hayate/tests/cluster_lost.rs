@@ -72,7 +72,7 @@ async fn collect_numbered(client: &mut hayate_testkit::RawClient, total: u16) ->
     got
 }
 
-/// The kill soak's lost sessions (docs/CLUSTER.md, "Measured"): the client's CONNACK waits
+/// The kill soak's lost sessions (docs/CLUSTER-MEASURED.md): the client's CONNACK waits
 /// until the killed node is back and hands the session over (Session Present 1), nothing is
 /// lost (what the third node queued for the killed node while it was dead included) and
 /// nothing arrives twice. Two rare faults were seen here on `ee8975a` (docs/CLUSTER.md, "Not
