@@ -76,6 +76,14 @@ pub struct ClusterConfig {
     /// through its old node, may come after newer ones).
     #[serde(default = "default_relay_order_hold_ms")]
     pub relay_order_hold_ms: u64,
+    /// A client that resumed its session here while the node that had it could not be asked
+    /// (away past the wait): a QoS 2 PUBLISH it sends again (DUP) with a packet id not known
+    /// here waits, unacknowledged, for that node's answer (which brings the ids the old session
+    /// had routed), at most this many seconds after the CONNACK; then it is routed, perhaps a
+    /// second time (`docs/CLUSTER.md`, "A QoS 2 message sent again past the wait"). The client
+    /// is not read meanwhile. 0: routed at once.
+    #[serde(default = "default_resent_qos2_hold_secs")]
+    pub resent_qos2_hold_secs: u64,
     /// This node's certificate chain (PEM, leaf first) for TLS on node links. With
     /// `tls_key` and `tls_ca`, every link is mutual TLS: this node presents it to the nodes it
     /// connects to, and its cluster listener presents it to the nodes that connect here.
@@ -137,6 +145,10 @@ fn default_relay_order_hold_ms() -> u64 {
     3_000
 }
 
+fn default_resent_qos2_hold_secs() -> u64 {
+    30
+}
+
 /// Why a `[cluster]` table cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ClusterConfigError {
@@ -173,6 +185,7 @@ impl ClusterConfig {
             lost_node_wait_secs: default_lost_node_wait_secs(),
             handover_relay_secs: default_handover_relay_secs(),
             relay_order_hold_ms: default_relay_order_hold_ms(),
+            resent_qos2_hold_secs: default_resent_qos2_hold_secs(),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -205,6 +218,9 @@ impl ClusterConfig {
         }
         if self.relay_order_hold_ms > 60_000 {
             return Err(ClusterConfigError::Range("relay_order_hold_ms"));
+        }
+        if self.resent_qos2_hold_secs > 3_600 {
+            return Err(ClusterConfigError::Range("resent_qos2_hold_secs"));
         }
         self.validate_tls()
     }

@@ -278,6 +278,7 @@ pub async fn start(
         grace,
         stopped_wait: Duration::from_secs(config.stopped_node_wait_secs),
         lost_wait: Duration::from_secs(config.lost_node_wait_secs),
+        resent_qos2_hold: Duration::from_secs(config.resent_qos2_hold_secs),
         gossip_interval,
         peers: HashMap::new(),
         last_status: String::new(),
@@ -306,6 +307,9 @@ struct Node {
     /// How long after a node with a store went away without notice a resumed session still
     /// waits for it (`lost_node_wait_secs`).
     lost_wait: Duration,
+    /// How long a QoS 2 resend of a client served past the wait waits for the answer of the
+    /// node that had its session (`resent_qos2_hold_secs`).
+    resent_qos2_hold: Duration,
     gossip_interval: Duration,
     peers: HashMap<Arc<str>, Peer>,
     last_status: String,
@@ -418,6 +422,7 @@ impl Node {
                 if !clean_start && !away.is_empty() {
                     // Their answer may come much later: the client starts a new session here
                     // meanwhile, and marks when it subscribes (`relay::fence`).
+                    self.await_inbound_qos2_ids(&client_id, &away, now);
                     self.ctx.routes.await_fence(
                         client_id.clone(),
                         Fence {
@@ -631,8 +636,10 @@ impl Node {
             }
             if let Some(claim) = self.pending.remove(&client_id) {
                 tracing::warn!(%client_id, waiting = ?claim.waiting, "cluster_handover_timeout");
+                let client: Arc<str> = Arc::from(client_id.as_str());
+                self.await_inbound_qos2_ids(&client, &claim.waiting, now);
                 self.ctx.routes.await_fence(
-                    Arc::from(client_id.as_str()),
+                    client,
                     Fence {
                         away: claim.waiting,
                         at: claim.at,
@@ -641,6 +648,18 @@ impl Node {
                 );
             }
             self.ctx.broker.release_handover(&client_id);
+        }
+    }
+
+    /// `client_id`'s session here started without `away`'s answers: its QoS 2 resends wait
+    /// for them (`hayate_core` `channel/resend_hold.rs`).
+    fn await_inbound_qos2_ids(&self, client_id: &Arc<str>, away: &[Arc<str>], now: Instant) {
+        if !self.resent_qos2_hold.is_zero() {
+            self.ctx.routes.await_inbound_qos2_ids(
+                client_id.clone(),
+                away.to_vec(),
+                now + self.resent_qos2_hold,
+            );
         }
     }
 

@@ -96,6 +96,16 @@ impl MarkBoard {
     }
 }
 
+/// The node that had `answer`'s session (and the one that passed it on, if another) answered:
+/// what it had is merged, so the client's QoS 2 resends held for its ids go on
+/// (`hayate_core` `channel/resend_hold.rs`). Call after the take-over.
+fn inbound_qos2_ids_answered(routes: &ClusterRoutes, answer: &SessionAnswer, sender: &str) {
+    routes.inbound_qos2_ids_answered(&answer.client_id, sender);
+    if let Some(origin) = &answer.origin {
+        routes.inbound_qos2_ids_answered(&answer.client_id, origin);
+    }
+}
+
 /// Takes over the session in `answer`, which node `old` handed over here: first suppresses
 /// what every other node forwards for it (the old node relays that until the node's mark),
 /// then takes it, then marks the end of what this node routed to `old` (in its peer session
@@ -117,6 +127,7 @@ pub(crate) fn take_over(
             routes.fence_answered(&answer.client_id, old);
             ctx.marks.take_fenced(&answer.client_id, answer.at, old);
         }
+        inbound_qos2_ids_answered(routes, &answer, old);
         return;
     };
     if !broker.has_client_session(&answer.client_id) {
@@ -147,6 +158,7 @@ pub(crate) fn take_over(
         // Every node marked when the client subscribed here: the session received their
         // copies directly since, and the old node relays only what came before.
         ctx.broker.take_over(&client_id, handed, now, wake);
+        inbound_qos2_ids_answered(routes, &answer, old);
         return;
     }
     let relayed = answer.at != 0
@@ -171,6 +183,7 @@ pub(crate) fn take_over(
         );
     }
     let taken = broker.take_over(&client_id, handed, now, wake);
+    inbound_qos2_ids_answered(routes, &answer, old);
     if !passed_on && published {
         // What the client publishes here from its CONNACK on comes after this on every link
         // from here, and the other nodes wait for the old node's notice before reading on

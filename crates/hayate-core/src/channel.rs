@@ -11,6 +11,7 @@ mod connect;
 mod gate;
 mod held;
 mod publish;
+mod resend_hold;
 mod subscribe;
 
 use crate::broker::Broker;
@@ -83,11 +84,18 @@ struct Rare {
     limit: Option<InboundLimit>,
     /// Acknowledgements waiting for the store (`held.rs`).
     held: Option<held::HeldAcks>,
+    /// A QoS 2 resend held until the client's older session's node answers
+    /// (`resend_hold.rs`).
+    resend: Option<resend_hold::ResendHold>,
 }
 
 impl Rare {
     fn is_empty(&self) -> bool {
-        self.auth.is_none() && self.gate.is_none() && self.limit.is_none() && self.held.is_none()
+        self.auth.is_none()
+            && self.gate.is_none()
+            && self.limit.is_none()
+            && self.held.is_none()
+            && self.resend.is_none()
     }
 }
 

@@ -20,6 +20,7 @@
 mod direct_hold;
 mod fence;
 mod switch;
+mod unknown_qos2;
 
 pub use fence::{Fence, FenceFn, FenceHook};
 pub use switch::Switch;
@@ -187,6 +188,9 @@ pub struct ClusterRoutes {
     fences: fence::Fences,
     /// Sessions taken over here holding back their direct copies (`direct_hold`).
     direct_holds: direct_hold::DirectHolds,
+    /// Clients whose inbound QoS 2 ids are on a node that has not answered yet
+    /// (`unknown_qos2`).
+    unknown_qos2: unknown_qos2::UnknownQos2,
 }
 
 /// See [`ClusterRoutes::suppress`].
@@ -264,6 +268,7 @@ impl ClusterRoutes {
             switch: switch::SwitchLock::default(),
             fences: fence::Fences::default(),
             direct_holds: direct_hold::DirectHolds::default(),
+            unknown_qos2: unknown_qos2::UnknownQos2::default(),
             nodes: RwLock::new(Vec::new()),
             suppressed: Mutex::new(Vec::new()),
             suppressing: std::sync::atomic::AtomicBool::new(false),
@@ -613,9 +618,40 @@ impl ClusterRoutes {
         self.fences.answered(client_id, node);
     }
 
-    /// Drops the fences that waited too long.
+    /// Drops the fences that waited too long, and the records of unknown inbound QoS 2 ids
+    /// past their time.
     pub fn expire_fences(&self, now: std::time::Instant) {
         self.fences.expire(now);
+        self.unknown_qos2.expire(now);
+    }
+
+    /// `client_id` resumed its session here while `away` could not be asked for it: until they
+    /// answer, at most until `until`, a QoS 2 PUBLISH it sends again (DUP) with an id not known
+    /// here is held back (`channel/resend_hold.rs`; `docs/CLUSTER.md`, "A QoS 2 message sent
+    /// again past the wait").
+    pub fn await_inbound_qos2_ids(
+        &self,
+        client_id: Arc<str>,
+        away: Vec<Arc<str>>,
+        until: std::time::Instant,
+    ) {
+        self.unknown_qos2.insert(client_id, away, until);
+    }
+
+    /// `node` answered for `client_id`, and what it had (its inbound QoS 2 ids among it) is
+    /// merged here: call after [`crate::Broker::take_over`].
+    pub fn inbound_qos2_ids_answered(&self, client_id: &str, node: &str) {
+        self.unknown_qos2.answered(client_id, node);
+    }
+
+    /// Until when a QoS 2 resend of `client_id` with an id not known here is held back, if it
+    /// is.
+    pub(crate) fn inbound_qos2_unknown_until(
+        &self,
+        client_id: &str,
+        now: std::time::Instant,
+    ) -> Option<std::time::Instant> {
+        self.unknown_qos2.until(client_id, now)
     }
 
     /// Installs what runs a fence; false if one was installed already.

@@ -131,6 +131,10 @@ pub struct Stats {
     /// session went (`docs/CLUSTER.md`, "A late answer goes on to where the session went").
     /// Counted by `hayate-cluster`.
     pub cluster_relayed_dropped: AtomicU64,
+    /// In a cluster: QoS 2 PUBLISH packets a client sent again (DUP) that were held until the
+    /// node that had its older session answered (`docs/CLUSTER.md`, "A QoS 2 message sent
+    /// again past the wait").
+    pub qos2_resends_held: AtomicU64,
 }
 
 impl Stats {

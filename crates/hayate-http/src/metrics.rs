@@ -416,6 +416,12 @@ impl BrokerCollector {
             "Relayed copies that reached this node for a session it no longer has and could not be passed on.",
             None,
             get(&broker.stats.cluster_relayed_dropped),
+        )?;
+        out.counter(
+            "hayate_cluster_qos2_resends_held",
+            "QoS 2 PUBLISH packets sent again (DUP) by a client that were held until the node that had its older session answered.",
+            None,
+            get(&broker.stats.qos2_resends_held),
         )
     }
 

@@ -376,6 +376,7 @@ mod tests {
         assert_eq!(cluster.lost_node_wait_secs, 10);
         assert_eq!(cluster.handover_relay_secs, 30);
         assert_eq!(cluster.relay_order_hold_ms, 3_000);
+        assert_eq!(cluster.resent_qos2_hold_secs, 30);
         let tls = cluster.link_tls().expect("tls_cert, tls_key and tls_ca");
         assert_eq!(tls.ca, Path::new("/etc/hayate/cluster-ca.pem"));
         assert_eq!(

@@ -550,6 +550,13 @@ impl Session {
         ids
     }
 
+    /// Whether inbound QoS 2 packet id `id` is routed and awaits its PUBREL here.
+    pub fn knows_inbound_qos2(&self, id: PacketId) -> bool {
+        self.rare
+            .as_ref()
+            .is_some_and(|rare| rare.inbound_qos2.contains(&id.get()))
+    }
+
     /// Drops every held message (used when a session is discarded).
     pub fn clear(&mut self) {
         self.pending.clear();

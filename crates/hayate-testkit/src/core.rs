@@ -579,6 +579,15 @@ impl TestChannel {
         self.channel.accepts_input()
     }
 
+    /// The client's input ended (end of stream): [`Channel::input_ended`] at the current time,
+    /// doorbells rung.
+    pub fn end_input(&mut self) -> Result<(), Close> {
+        let now = self.now();
+        let result = self.channel.input_ended(now, &mut self.out, &mut self.wake);
+        ring(&mut self.wake);
+        result
+    }
+
     /// The connection ended: [`Channel::finish`] at the current time, doorbells rung.
     pub fn finish(&mut self) {
         let now = self.now();

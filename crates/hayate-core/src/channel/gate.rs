@@ -35,10 +35,12 @@ const FAR: Duration = Duration::from_secs(24 * 3600);
 
 impl Channel {
     /// True when the transport should decode and hand over the next packet now: not waiting on
-    /// a congested subscriber and not over the PUBLISH rate limit.
+    /// a congested subscriber, not holding a QoS 2 resend (`resend_hold.rs`) and not over the
+    /// PUBLISH rate limit.
     pub fn accepts_input(&self) -> bool {
         self.input_ended
             || (self.gate().is_none()
+                && !self.holds_resend()
                 && !self.awaiting_handover
                 && !self.limit().is_some_and(|l| l.messages < 0.0))
     }
@@ -144,6 +146,12 @@ impl Channel {
                 });
             }
         }
+        if let Some(until) = self.poll_resend_hold(now, out, wake)? {
+            return Ok(ReadGate::Paused {
+                until,
+                released: None,
+            });
+        }
         while let Some(waiting) = self.gate() {
             let window = self.stall_window();
             {
@@ -194,6 +202,7 @@ impl Channel {
         wake: &mut WakeList,
     ) -> Result<(), Close> {
         self.input_ended = true;
+        self.drop_resend_hold();
         let held = self
             .take_rare(|rare| rare.gate.take())
             .and_then(|waiting| waiting.held);
@@ -242,7 +251,11 @@ impl Channel {
                 ))
             }
             Phase::Connected => {
-                if !reading || self.gate().is_some() || self.keep_alive_timeout().is_none() {
+                if !reading
+                    || self.gate().is_some()
+                    || self.holds_resend()
+                    || self.keep_alive_timeout().is_none()
+                {
                     // Not reading is our doing, not the client's silence (and keep alive 0
                     // turns the check off [MQTT-3.1.2-22]): look again later.
                     self.last_input = now;

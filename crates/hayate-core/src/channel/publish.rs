@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 impl Channel {
     pub(super) fn handle_publish(
         &mut self,
-        mut publish: Publish,
+        publish: Publish,
         now: Instant,
         out: &mut OutBuf,
         wake: &mut WakeList,
@@ -54,6 +54,10 @@ impl Channel {
                 out,
             ));
         }
+        // A QoS 2 resend whose older session's node has not answered yet waits for it.
+        let Some(mut publish) = self.hold_unknown_resend(publish, now) else {
+            return Ok(());
+        };
         let inbound = match self.with_session(out, |state, _| {
             state.session.handle_inbound_publish(&mut publish)
         })? {
