@@ -3,11 +3,12 @@
 //! when it is back in time, gets its whole session with Session Present 1; past that wait it
 //! starts a new session, and the old one is merged into it later without duplicates.
 
-use hayate_codec::QoS;
+use hayate_codec::{Packet, PubResp, QoS};
 use hayate_testkit::cluster::{
-    await_route, cluster_config, connect_persistent, drain, payloads, publish_numbered, Cluster,
-    Tally,
+    await_route, cluster_config, connect_persistent, drain, drain_at_most, payloads,
+    publish_numbered, Cluster, Tally,
 };
+use hayate_testkit::{publish_packet, Received};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -371,4 +372,60 @@ async fn a_late_answer_goes_on_to_where_the_session_went() {
         cluster.nodes[0].log_text()
     );
     assert_each_once(&cluster, &got, TOTAL);
+}
+
+/// A QoS 2 message a publisher of n1 sent just before n1 was killed, routed there (n1 stored
+/// it with its packet id) and its PUBREC lost: the publisher resumes on n2 past the wait
+/// (Session Present 0) and sends it again with DUP. n2 holds it, unacknowledged, until n1 is
+/// back and answers with the old session's ids; then it acknowledges it without routing it
+/// again, and the subscriber on n3 has it once (docs/CLUSTER.md, "A QoS 2 message sent again
+/// past the wait"). Before, n2 routed it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qos2_message_sent_again_past_the_wait_is_delivered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = no_wait_config(dir.path());
+    let mut cluster = Cluster::start_durable(bin(), 3, &["--config", &config]).await;
+    let (mut sub, _) = connect_persistent(cluster.nodes[2].mqtt, "resend-sub").await;
+    sub.subscribe("once/#", QoS::ExactlyOnce, 1).await;
+    let (mut publisher, _) = connect_persistent(cluster.nodes[0].mqtt, "resend-pub").await;
+    await_route(&mut publisher, &mut sub, "once/probe").await;
+    let mut message = publish_packet("once/x", b"m", QoS::ExactlyOnce, false, Some(7));
+    publisher.send(Packet::Publish(message.clone())).await;
+    // Routed on n1 (the copy to n3 leaves once n1 stored it): the subscriber has it.
+    let first = drain_at_most(&mut sub, Duration::from_secs(5), 1).await;
+    assert_eq!(payloads(&first), ["m"]);
+    cluster.nodes[0].kill();
+    drop(publisher);
+
+    let (mut moved, connack) = connect_persistent(cluster.nodes[1].mqtt, "resend-pub").await;
+    assert!(!connack.session_present, "n1 is away");
+    message.dup = true;
+    moved.send(Packet::Publish(message)).await;
+    match moved.recv_timeout(Duration::from_secs(1)).await {
+        Received::Timeout => {}
+        other => panic!("held while n1 is away, got {other:?}"),
+    }
+    cluster.nodes[0].restart();
+    cluster.nodes[0].wait_listening().await;
+    let rec = loop {
+        match moved.recv_timeout(Duration::from_secs(20)).await {
+            Received::Packet(Packet::PubRec(rec)) => break rec,
+            Received::Packet(_) => {}
+            other => panic!(
+                "no PUBREC after n1 came back: {other:?}; n2:\n{}",
+                cluster.nodes[1].log_text()
+            ),
+        }
+    };
+    assert_eq!(rec.packet_id.get(), 7);
+    moved
+        .send(Packet::PubRel(PubResp::new(rec.packet_id)))
+        .await;
+    let again = payloads(&drain(&mut sub, Duration::from_secs(2)).await);
+    assert!(
+        again.iter().all(|p| p != "m"),
+        "delivered twice: {again:?}; n2:\n{}",
+        cluster.nodes[1].log_text()
+    );
+    assert!(cluster.nodes[1].log_text().contains("qos2_resend_held"));
 }
