@@ -14,17 +14,23 @@ use std::time::Duration;
 
 const HOLD: Duration = Duration::from_secs(30);
 
-/// A subscriber to `q2/#`, and publisher `p`, which resumed its session here while node `n9`
-/// (which had it) was away, sending message `m` again with packet id 5 and DUP.
-fn resent_while_n9_is_away() -> (CoreHarness, Arc<ClusterRoutes>, TestChannel, TestChannel) {
+/// A subscriber to `q/#`, and publisher `p`, which resumed its session here while node `n9`
+/// (which had it) was away.
+fn served_while_n9_is_away() -> (CoreHarness, Arc<ClusterRoutes>, TestChannel, TestChannel) {
     let (harness, routes) = CoreHarness::clustered();
     let mut subscriber = harness.client(ConnectSpec::v5("s"));
-    subscriber.subscribe("q2/#", QoS::ExactlyOnce);
+    subscriber.subscribe("q/#", QoS::ExactlyOnce);
     subscriber.received();
     let mut publisher = harness.client(ConnectSpec::v5("p").clean_start(false).session_expiry(600));
     publisher.received();
     routes.await_inbound_qos2_ids(Arc::from("p"), vec![Arc::from("n9")], harness.now() + HOLD);
-    let mut again = publish_packet("q2/x", b"m", QoS::ExactlyOnce, false, Some(5));
+    (harness, routes, subscriber, publisher)
+}
+
+/// [`served_while_n9_is_away`], `p` sending message `m` again with packet id 5 and DUP.
+fn resent_while_n9_is_away() -> (CoreHarness, Arc<ClusterRoutes>, TestChannel, TestChannel) {
+    let (harness, routes, mut subscriber, mut publisher) = served_while_n9_is_away();
+    let mut again = publish_packet("q/x", b"m", QoS::ExactlyOnce, false, Some(5));
     again.dup = true;
     publisher.send(Packet::Publish(again)).unwrap();
     assert!(publisher.received().is_empty(), "no PUBREC yet");
@@ -124,13 +130,7 @@ fn a_held_resend_is_dropped_when_the_input_ends() {
 /// after the record ended go through at once.
 #[test]
 fn only_qos2_resends_of_a_client_served_past_the_wait_are_held() {
-    let (harness, routes) = CoreHarness::clustered();
-    let mut subscriber = harness.client(ConnectSpec::v5("s"));
-    subscriber.subscribe("q/#", QoS::ExactlyOnce);
-    subscriber.received();
-    let mut publisher = harness.client(ConnectSpec::v5("p").clean_start(false).session_expiry(600));
-    publisher.received();
-    routes.await_inbound_qos2_ids(Arc::from("p"), vec![Arc::from("n9")], harness.now() + HOLD);
+    let (harness, _routes, mut subscriber, mut publisher) = served_while_n9_is_away();
     let fresh = publish_packet("q/new", b"1", QoS::ExactlyOnce, false, Some(7));
     publisher.send(Packet::Publish(fresh)).unwrap();
     let mut qos1 = publish_packet("q/one", b"2", QoS::AtLeastOnce, false, Some(8));
