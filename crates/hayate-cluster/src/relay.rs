@@ -143,9 +143,14 @@ pub(crate) fn take_over(
     let origin = answer.origin.clone();
     let old = origin.as_ref().unwrap_or(old);
     // A node the claim found away that answers before the client's first SUBSCRIBE (back
-    // within `lost_node_wait_secs`) hands over as any other: no fence for it.
+    // within `lost_node_wait_secs`) hands over as any other: no fence for it. A fence this
+    // node ran for a later claim covers an answer passed on as well: every node marked for
+    // the answering node then, so nothing of theirs since is in the old session, and the
+    // answering node, which has their marks, relays nothing. Suppressing their copies here
+    // until new marks came back lost what they routed meanwhile (the long-down soak of
+    // `276d187`: 20 QoS 2 messages published on the passing node in those 6 ms).
     let fenced = if passed_on {
-        false
+        ctx.marks.take_fenced(&answer.client_id, answer.at, old)
     } else {
         routes.fence_answered(&answer.client_id, old);
         ctx.marks.take_fenced(&answer.client_id, answer.at, old)

@@ -189,3 +189,35 @@ fn a_message_that_arrived_before_the_subscribers_connect_is_not_caught_up() {
     assert_eq!(early.subscribe("order/#", QoS::AtMostOnce), vec![0]);
     assert_eq!(early.received_publishes().len(), 1, "within the slack");
 }
+
+/// A SUBSCRIBE that runs a cluster fence (the client's session started while the node that had
+/// its old one was away) catches up on nothing: what was routed here before it also went to
+/// the away node's queue, into the old session that comes back merged; caught up as well, the
+/// long-down soak delivered it twice (docs/CLUSTER.md, "After a kill -9, past the wait"). The
+/// same order without a fence catches up (the first test of this file).
+#[test]
+fn a_fenced_subscribe_catches_up_on_nothing() {
+    let (h, routes) = CoreHarness::clustered();
+    routes.await_fence(
+        std::sync::Arc::from("sub"),
+        hayate_core::cluster::Fence {
+            away: vec![std::sync::Arc::from("n1")],
+            at: at(500),
+            until: h.now() + std::time::Duration::from_secs(60),
+        },
+    );
+    let mut subscriber = h.client(
+        ConnectSpec::v5("sub")
+            .clean_start(false)
+            .session_expiry(600),
+    );
+    let mut publisher = h.client(ConnectSpec::v5("pub"));
+    publisher.arriving_at(at(2_000));
+    publisher
+        .publish("order/x", b"late", QoS::AtLeastOnce)
+        .expect("publish");
+    subscriber.arriving_at(at(1_000));
+    assert_eq!(subscriber.subscribe("order/#", QoS::AtLeastOnce), vec![1]);
+    assert!(subscriber.received_publishes().is_empty());
+    assert_eq!(hayate_core::Stats::get(&h.broker.stats.arrival_catch_up), 0);
+}

@@ -17,6 +17,16 @@ const RETAIN_IF_NEW: u8 = 1;
 /// Retain Handling 2: never send retained messages on subscribe [MQTT-3.3.1-11].
 const RETAIN_NEVER: u8 = 2;
 
+/// What applies to every filter of one SUBSCRIBE.
+#[derive(Debug, Clone, Copy)]
+struct EachFilter {
+    /// Its Subscription Identifier, if any (§3.8.2.1.2).
+    subscription_id: Option<u32>,
+    /// Whether a new subscription catches up on messages that arrived after the SUBSCRIBE but
+    /// were routed before it was in place (`docs/design/arrival-order.md`).
+    catch_up: bool,
+}
+
 impl Channel {
     pub(super) fn handle_subscribe(
         &mut self,
@@ -40,9 +50,15 @@ impl Channel {
             cluster.run_fence(&self.broker, client_id, fence, now, &mut wake);
             (switch, wake)
         });
+        // A fenced SUBSCRIBE catches up on nothing: what was routed here before it went to
+        // the away node's queue too, into the old session that comes back merged (caught up
+        // as well, it arrived twice: docs/CLUSTER.md, "After a kill -9, past the wait").
+        let each = EachFilter {
+            subscription_id,
+            catch_up: fenced.is_none(),
+        };
         for (filter, options) in &subscribe.filters {
-            let code =
-                self.subscribe_one(filter, *options, subscription_id, now, &mut deliveries, out)?;
+            let code = self.subscribe_one(filter, *options, each, now, &mut deliveries, out)?;
             reason_codes.push(code);
         }
         if let Some((switch, wake)) = switch {
@@ -94,11 +110,12 @@ impl Channel {
         &mut self,
         filter: &str,
         mut options: SubscriptionOptions,
-        subscription_id: Option<u32>,
+        each: EachFilter,
         now: Instant,
         deliveries: &mut Vec<Delivery>,
         out: &mut OutBuf,
     ) -> Result<ReasonCode, Close> {
+        let subscription_id = each.subscription_id;
         let v5 = self.version.is_v5();
         let failure = |reason: ReasonCode| {
             if v5 {
@@ -180,7 +197,7 @@ impl Channel {
         let send_retained = shared.is_none()
             && options.retain_handling != RETAIN_NEVER
             && !(options.retain_handling == RETAIN_IF_NEW && existed);
-        let missed = if shared.is_none() && !existed {
+        let missed = if shared.is_none() && !existed && each.catch_up {
             broker.router.missed(
                 inner,
                 self.arrival,
