@@ -418,7 +418,7 @@ impl World {
                 subscription_ids,
                 shared_group: (b & 8 != 0).then(|| Arc::from("g")),
                 seq: 0,
-                maybe_sent: false,
+                sent_as: None,
             };
             self.enqueue(s, delivery, weight, expires_ms);
         }
