@@ -508,3 +508,47 @@ fn the_marks_of_a_claim_answered_while_relaying_count() {
         .relay_marked("c", "n2", (LATER_CLAIM, "n3"), harness.now(), &mut wake);
     assert_eq!(routes.len(), 0, "every node marked");
 }
+
+/// The long-down soak's relay loop (docs/CLUSTER.md, "Not built yet": "A session that comes
+/// back to a node still relaying it"): `c` handed to n2, n2 marks, n3 (dead) does not, so
+/// this node relays for n3; `c` comes back here. A copy n2 forwards must reach `c` here once
+/// and not be relayed to n2 (which passes it back). Fails today: the known fault, reproduced.
+#[test]
+#[ignore = "known fault, not fixed yet: docs/CLUSTER.md, A session that comes back to a node still relaying it"]
+fn a_session_back_on_its_relaying_node_gets_the_marked_nodes_copies_once() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (mut peer2, _peer3, _ingress3) = hand_c_over(&harness, &routes);
+    let mut wake = Vec::new();
+    assert!(harness
+        .broker
+        .relay_marked("c", "n2", (CLAIM, "n2"), harness.now(), &mut wake)
+        .is_some());
+    peer2.transmit();
+    let mut back = harness.channel();
+    back.send(Packet::Connect(Box::new(
+        ConnectSpec::v5("c")
+            .clean_start(false)
+            .session_expiry(600)
+            .into(),
+    )))
+    .unwrap();
+    let handed = hayate_core::handoff::HandedOver::default();
+    harness
+        .broker
+        .take_over("c", handed, harness.now(), &mut wake);
+    harness.broker.release_handover("c");
+    back.poll_gate().unwrap();
+    back.received();
+    back.subscribe("o/#", QoS::AtLeastOnce);
+    back.received();
+    let mut ingress2 = harness.channel_with_role(ListenerRole::PeerIngress);
+    ingress2.connect(ConnectSpec::v5("$cluster/in/n2"));
+    forward(&mut ingress2, "o/7", b"7", 1);
+    let relayed: Vec<_> = peer2
+        .transmit_publishes()
+        .into_iter()
+        .filter(|p| p.topic.as_str() == "$cluster/relay")
+        .collect();
+    assert!(relayed.is_empty(), "relayed back to n2: {relayed:?}");
+    assert_eq!(back.transmit_publishes().len(), 1);
+}
