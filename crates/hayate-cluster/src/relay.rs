@@ -177,11 +177,12 @@ pub(crate) fn take_over(
         .filter(|node| node != old && node != self_name)
         .collect();
     let _switch = routes.exclusive();
-    if relayed {
+    if let (true, Some(session)) = (relayed, broker.client_session_id(&client_id)) {
         // Half the old node's relay deadline: should a mark never come back, copies arrive
         // twice for a while rather than not at all.
         routes.suppress(
             client_id.clone(),
+            session,
             at,
             others.clone(),
             now + routes.relay_timeout() / 2,
@@ -324,12 +325,15 @@ pub(crate) fn run_fence(
         return;
     };
     let others = others_than(routes, &fence.away, self_name);
-    routes.suppress(
-        client_id.clone(),
-        fence.at,
-        others,
-        now + routes.relay_timeout() / 2,
-    );
+    if let Some(session) = broker.client_session_id(client_id) {
+        routes.suppress(
+            client_id.clone(),
+            session,
+            fence.at,
+            others,
+            now + routes.relay_timeout() / 2,
+        );
+    }
     for old in &fence.away {
         let mark = Mark {
             client_id: client_id.clone(),

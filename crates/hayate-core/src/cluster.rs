@@ -197,6 +197,8 @@ pub struct ClusterRoutes {
 #[derive(Debug)]
 struct Suppression {
     client_id: Arc<str>,
+    /// The session (`SessionCell::id`) that does not take the nodes' copies.
+    session: u64,
     at: Arrival,
     nodes: Vec<Arc<str>>,
     until: std::time::Instant,
@@ -323,7 +325,7 @@ impl ClusterRoutes {
             scope.except = suppressed
                 .iter()
                 .filter(|s| s.nodes.iter().any(|n| &**n == node))
-                .map(|s| s.client_id.clone())
+                .map(|s| s.session)
                 .collect();
             if suppressed.is_empty() {
                 self.suppressing
@@ -333,14 +335,19 @@ impl ClusterRoutes {
         scope
     }
 
-    /// `client_id`'s session here is about to take over its session from another node (the
-    /// claim made `at`), which relays what each of `nodes` forwarded it until that node's
-    /// mark: until the same mark comes back here ([`ClusterRoutes::unsuppress`]) or `until`,
-    /// what those nodes forward here does not reach the session, so nothing arrives twice
-    /// (`docs/CLUSTER.md`, "Relay after a handover").
+    /// `client_id`'s session `session` here is about to take over its session from another
+    /// node (the claim made `at`), which relays what each of `nodes` forwarded it until that
+    /// node's mark: until the same mark comes back here ([`ClusterRoutes::unsuppress`]) or
+    /// `until`, what those nodes forward here does not reach the session, so nothing arrives
+    /// twice (`docs/CLUSTER.md`, "Relay after a handover"). Also for a session handed over
+    /// (or about to be) that must not relay what those nodes forward after their mark.
+    ///
+    /// One claim's suppression per session: one of a new claim replaces it. Another session
+    /// of the same client here (a relaying one, and the live one) keeps its own.
     pub fn suppress(
         &self,
         client_id: Arc<str>,
+        session: u64,
         at: Arrival,
         nodes: Vec<Arc<str>>,
         until: std::time::Instant,
@@ -351,7 +358,7 @@ impl ClusterRoutes {
         let mut suppressed = self.suppressed.lock();
         match suppressed
             .iter_mut()
-            .find(|s| s.client_id == client_id && s.at == at)
+            .find(|s| s.session == session && s.at == at)
         {
             Some(same) => {
                 for node in nodes {
@@ -362,9 +369,10 @@ impl ClusterRoutes {
                 same.until = same.until.max(until);
             }
             None => {
-                suppressed.retain(|s| s.client_id != client_id);
+                suppressed.retain(|s| s.session != session);
                 suppressed.push(Suppression {
                     client_id,
+                    session,
                     at,
                     nodes,
                     until,
@@ -388,24 +396,22 @@ impl ClusterRoutes {
         suppressed.retain(|s| !s.nodes.is_empty());
     }
 
-    /// The nodes whose copies `client_id`'s session here does not take now for the take-over
-    /// `at` or a later claim (the marks of a later claim's fence, which came while the session
-    /// was still here, count for an earlier claim answered now).
-    pub fn suppressed_nodes(&self, client_id: &str, at: Arrival) -> Vec<Arc<str>> {
+    /// The nodes whose copies session `session` here does not take now for the take-over `at`
+    /// or a later claim (the marks of a later claim's fence, which came while the session was
+    /// still here, count for an earlier claim answered now).
+    pub fn suppressed_nodes(&self, session: u64, at: Arrival) -> Vec<Arc<str>> {
         self.suppressed
             .lock()
             .iter()
-            .filter(|s| &*s.client_id == client_id && s.at >= at)
+            .filter(|s| s.session == session && s.at >= at)
             .flat_map(|s| s.nodes.iter().cloned())
             .collect()
     }
 
-    /// Forgets every suppression for `client_id` (it connected here again, or its session
-    /// stopped relaying).
-    pub fn clear_suppression(&self, client_id: &str) {
-        self.suppressed
-            .lock()
-            .retain(|s| &*s.client_id != client_id);
+    /// Forgets every suppression for session `session` (its client connected to it again, or
+    /// it stopped relaying).
+    pub fn clear_suppression(&self, session: u64) {
+        self.suppressed.lock().retain(|s| s.session != session);
     }
 
     /// A client subscription to `filter` was added.

@@ -161,7 +161,7 @@ impl Broker {
             (Some(cluster), Some(to)) if !clean_start && cluster.relays_enabled() => {
                 Some(Relaying {
                     to: to.clone(),
-                    waiting: relay_waiting(cluster, to, client_id, claimed_at),
+                    waiting: relay_waiting(cluster, to, cell.id, claimed_at),
                     upstream,
                     deadline: now + cluster.relay_timeout(),
                     at: claimed_at,
@@ -351,10 +351,11 @@ impl Broker {
             let here = self
                 .registry
                 .get(client_id)
-                .is_some_and(|cell| cell.kind == SessionKind::Client);
-            if here && at.is_known() {
+                .filter(|cell| cell.kind == SessionKind::Client);
+            if let (Some(here), true) = (here, at.is_known()) {
                 cluster.suppress(
                     Arc::from(client_id),
+                    here.id,
                     at,
                     vec![Arc::from(node)],
                     now + cluster.relay_timeout(),
@@ -383,6 +384,7 @@ impl Broker {
             // it would arrive twice while other nodes' marks are still on their way.
             cluster.suppress(
                 Arc::from(client_id),
+                cell.id,
                 relay_at,
                 vec![Arc::from(node)],
                 deadline,
@@ -449,7 +451,7 @@ impl Broker {
     fn end_relay(&self, cell: &Arc<SessionCell>, now: Instant, wake: &mut WakeList) {
         if let Some(cluster) = self.router.cluster() {
             cluster.relay_ended(&cell.client_id, cell);
-            cluster.clear_suppression(&cell.client_id);
+            cluster.clear_suppression(cell.id);
         }
         cell.state.lock().handover = Handover::Settled;
         self.end_session(cell, now, wake);
@@ -460,6 +462,15 @@ impl Broker {
         self.registry
             .get(client_id)
             .is_some_and(|cell| cell.kind == SessionKind::Client)
+    }
+
+    /// The id (`SessionCell::id`) of `client_id`'s client session here, if it has one (not
+    /// one that is handed over and relaying: that left the registry).
+    pub fn client_session_id(&self, client_id: &str) -> Option<u64> {
+        self.registry
+            .get(client_id)
+            .filter(|cell| cell.kind == SessionKind::Client)
+            .map(|cell| cell.id)
     }
 
     /// Deliveries another node relayed for `client_id`'s session, which it handed over here
@@ -671,10 +682,10 @@ fn note_later_claim(cluster: &ClusterRoutes, client_id: &str, to: &SessionCell, 
 fn relay_waiting(
     cluster: &ClusterRoutes,
     to: &SessionCell,
-    client_id: &str,
+    session: u64,
     at: Arrival,
 ) -> Vec<Arc<str>> {
-    let marked = cluster.suppressed_nodes(client_id, at);
+    let marked = cluster.suppressed_nodes(session, at);
     let mut waiting = cluster.nodes();
     waiting.retain(|node| !marked.contains(node));
     // The claimant marks when it takes the session over, unless it marked already (a fence:

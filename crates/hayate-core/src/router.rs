@@ -674,7 +674,7 @@ fn add_target(targets: &mut Vec<Target>, entry: &SubEntry, message: &Message) {
     // it is never passed on to a third (`crate::cluster`).
     if let Some(scope) = &message.from_peer {
         if entry.cell.kind == SessionKind::Peer
-            || (!scope.except.is_empty() && scope.except.contains(&entry.cell.client_id))
+            || (!scope.except.is_empty() && scope.except.contains(&entry.cell.id))
         {
             return;
         }

@@ -317,7 +317,14 @@ fn a_session_taken_over_skips_a_nodes_copies_until_its_mark_comes_back() {
     c.received();
     other.received();
     let until = harness.now() + Duration::from_secs(15);
-    routes.suppress("c".into(), CLAIM, vec!["n3".into(), "n4".into()], until);
+    let session = harness.session("c").expect("c's session").id;
+    routes.suppress(
+        "c".into(),
+        session,
+        CLAIM,
+        vec!["n3".into(), "n4".into()],
+        until,
+    );
     let mut from_n3 = harness.channel_with_role(ListenerRole::PeerIngress);
     from_n3.connect(ConnectSpec::v5("$cluster/in/n3"));
     let mut from_n5 = harness.channel_with_role(ListenerRole::PeerIngress);
@@ -514,7 +521,6 @@ fn the_marks_of_a_claim_answered_while_relaying_count() {
 /// this node relays for n3; `c` comes back here. A copy n2 forwards must reach `c` here once
 /// and not be relayed to n2 (which passes it back). Fails today: the known fault, reproduced.
 #[test]
-#[ignore = "known fault, not fixed yet: docs/CLUSTER.md, A session that comes back to a node still relaying it"]
 fn a_session_back_on_its_relaying_node_gets_the_marked_nodes_copies_once() {
     let (harness, routes) = relaying_harness(Duration::from_secs(30));
     let (mut peer2, _peer3, _ingress3) = hand_c_over(&harness, &routes);

@@ -62,9 +62,12 @@ pub struct PeerScope {
     pub plain: bool,
     /// For one member of each of these shared groups (full `$share/GROUP/FILTER` text).
     pub groups: Vec<Arc<str>>,
-    /// Clients of this node it must not reach (sessions just taken over from another node,
-    /// which relays what the forwarding node sent it before; `docs/CLUSTER.md`).
-    pub except: Vec<Arc<str>>,
+    /// Sessions of this node it must not reach, by session id (`SessionCell::id` in
+    /// `hayate-core`): sessions just taken over from another node, which relays what the
+    /// forwarding node sent it before, or handed over and relaying, when the forwarding node
+    /// marked already (`docs/CLUSTER.md`). By session, not client identifier: a client's
+    /// relaying session and its live one may both be on a node.
+    pub except: Vec<u64>,
     /// Not forwarded for a subscription here but relayed, or handed over with a session, by
     /// the node that had the session: older than anything a session holds back after a
     /// take-over, so it goes ahead of that (`Session::hold_direct`).

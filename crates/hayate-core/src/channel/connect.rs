@@ -367,7 +367,7 @@ impl Channel {
                 ListenerRole::Clients => {
                     // Whatever kept other nodes' copies from an earlier session of this client
                     // here is over: this connection's session takes them.
-                    cluster.clear_suppression(&cell.client_id);
+                    cluster.clear_suppression(cell.id);
                     cluster.event(ClusterEvent::ClientConnected {
                         client_id: cell.client_id.clone(),
                         clean_start: connect.clean_start,
