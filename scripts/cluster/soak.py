@@ -136,6 +136,10 @@ class SoakClient(threading.Thread):
         self.events = []
         self.prev_node = None
         self.left = None
+        # --lose-node-subscribers: the node this client stays on (None: a random one each time),
+        # and a request to move now (set from the main thread, read by the client's own).
+        self.pin = None
+        self.move_now = threading.Event()
 
     def _on_connect(self, client, userdata, flags, reason, properties):
         if reason.is_failure:
@@ -171,7 +175,8 @@ class SoakClient(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            node = random.choice(self.nodes)
+            pin = self.pin
+            node = pin if pin is not None and pin.up() else random.choice(self.nodes)
             self.node = node
             try:
                 self.c.connect("127.0.0.1", node.mqtt_port, keepalive=10)
@@ -184,7 +189,8 @@ class SoakClient(threading.Thread):
                 if self.c.loop(timeout=self.loop_timeout()) != mqtt.MQTT_ERR_SUCCESS:
                     break
                 self.tick()
-                if time.time() > deadline and self.connected.is_set():
+                if (time.time() > deadline or self.move_now.is_set()) and self.connected.is_set():
+                    self.move_now.clear()
                     self.c.disconnect()
                     self.c.loop(timeout=0.05)
                     moved = True
@@ -208,7 +214,12 @@ class Subscriber(SoakClient):
         # stream (publisher id) -> state
         self.streams = {}
         self.c.on_message = self._on_message
-        self.c.on_subscribe = lambda *a: None
+        self.c.on_subscribe = self._on_subscribe
+
+    def _on_subscribe(self, *args):
+        # The new session's subscription is in place: the boundary of a lost session's
+        # messages (`report`, reordered across a session loss).
+        self.events.append((time.time(), "subscribed", self.node.name if self.node else None))
 
     def on_session(self, present):
         if not present:
@@ -249,6 +260,7 @@ class Publisher(SoakClient):
         self.sent = 0          # publish calls made
         self.acked = {}        # seq -> (ack time, node the client was on)
         self.mids = {}         # seq -> packet id of its PUBLISH (the nodes' debug logs name it)
+        self.sent_at = {}      # seq -> when publish() was called
         self.publishing = threading.Event()
         self.publishing.set()
         self.held_for_resend = 0  # connections where new publishes waited for paho's resends
@@ -286,6 +298,7 @@ class Publisher(SoakClient):
             seq = self.sent + 1
             info = self.c.publish(self.topic, f"{self.client_id}:{seq}", qos=self.qos)
             self.mids[seq] = info.mid
+            self.sent_at[seq] = now
             self.pending.append((seq, info))
             self.sent = seq
             self.next_at += 1.0 / self.rate
@@ -319,6 +332,10 @@ def main():
     ap.add_argument("--lose-node", type=float, default=None, metavar="MINUTE",
                     help="instead of kills: at this minute kill -9 n3 and never restart it (a node lost "
                          "for good); the report splits the losses by where each subscriber's session was")
+    ap.add_argument("--lose-node-subscribers", type=int, default=0, metavar="N",
+                    help="with --lose-node: 20 s before the kill, move N subscribers to n3 and keep them "
+                         "there until it dies, so that the report measures subscribers whose session "
+                         "dies with the node (without it, who is on n3 at that moment is chance)")
     ap.add_argument("--drain", type=float, default=30.0, help="seconds to wait for deliveries at the end")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--workdir", default=None, help="data directories and node logs (default: a temporary directory, kept)")
@@ -365,10 +382,21 @@ def main():
     next_kill = time.time() + random.uniform(*a.kill_every)
     if a.lose_node is not None:
         next_kill = float("inf")
+    pinned = False
     while time.time() < t_end:
         time.sleep(0.2)
+        if (not pinned and a.lose_node is not None and a.lose_node_subscribers > 0
+                and time.time() >= t_start + a.lose_node * 60 - 20):
+            pinned = True
+            for s in subs[:a.lose_node_subscribers]:
+                s.pin = nodes[2]
+                if s.node is not nodes[2]:
+                    s.move_now.set()
+            log(f"moving {[s.client_id for s in subs[:a.lose_node_subscribers]]} to {nodes[2].name} until it dies")
         if lost_node is None and a.lose_node is not None and time.time() >= t_start + a.lose_node * 60:
             lost_node = lose(nodes[2], subs + pubs)
+            for s in subs:
+                s.pin = None
         if time.time() >= next_kill:
             victim = nodes[len(kills) % len(nodes)] if a.rolling else random.choice(nodes)
             down = random.uniform(*a.down)
@@ -511,12 +539,19 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                     "duplicates_with_dup_flag": st["dups_flagged"], "reordered": st["reordered"],
                 })
                 gaps = [t for t, what, _ in s.events if what == "session_not_present"]
+                # Each session loss: from its Session Present 0 CONNACK to the new session's
+                # SUBACK (until then the nodes route the subscriber's messages to the old one).
+                windows = []
+                for t in gaps:
+                    subscribed = [u for u, what, _ in s.events if what == "subscribed" and u >= t]
+                    windows.append((t, min(subscribed) if subscribed else t))
                 explained = 0
                 for seq in lost:
                     at, node = p.acked[seq]
-                    # lost while the subscriber had no session: it reconnected without one
-                    # within 60 s after the message was acknowledged
-                    in_gap = any(at <= t <= at + 60 for t in gaps)
+                    sent_at = p.sent_at.get(seq, at)
+                    # lost while the subscriber had no session: acknowledged at most 60 s before
+                    # it reconnected without one, and published before the new session's SUBACK
+                    in_gap = any(t - 60 <= at and sent_at < u for t, u in windows)
                     explained += in_gap
                     if len(lost_examples) < 200:
                         lost_examples.append({"subscriber": s.client_id, "publisher": p.client_id,
@@ -525,17 +560,20 @@ def report(a, seed, workdir, nodes, subs, pubs, kills):
                                               "publisher_node": node,
                                               "subscriber_session_lost_after": in_gap})
                 rows[-1]["lost_near_a_session_loss"] = explained
-                # Reordered across a session loss: the late message was acknowledged before the
-                # subscriber was told Session Present 0, the newer one it came after arrived
-                # since (the old session's queue merged into the new one, "Not built yet", Order
-                # in docs/CLUSTER.md). Counted in `reordered` too.
+                # Reordered across a session loss: the late message was published before the new
+                # session's subscription was acknowledged (`windows`), the newer one it came
+                # after arrived since the CONNACK (the old session's queue merged into the new
+                # one, "Not built yet", Order in docs/CLUSTER.md). Counted in `reordered` too.
+                # Before 2026-11-30 the boundary was the CONNACK and the acknowledgement:
+                # messages routed between the CONNACK and the SUBACK counted as plain reorders.
                 across = 0
                 lost_ranges.extend(ranges_of(s.client_id, p, lost))
                 for seq, after, at, node, flagged in st.get("reorder_log", []):
                     acked_at = p.acked.get(seq, (None,))[0]
+                    sent_at = p.sent_at.get(seq)
                     after_at = st["first_at"].get(after, (None,))[0]
-                    is_across = (acked_at is not None and after_at is not None
-                                 and any(acked_at < t <= after_at for t in gaps))
+                    is_across = (sent_at is not None and after_at is not None
+                                 and any(sent_at < u and t <= after_at for t, u in windows))
                     across += is_across
                     # Examples: up to 200 of the others (the ones to trace), 50 across a loss.
                     kept = reorder_examples_across if is_across else reorder_examples

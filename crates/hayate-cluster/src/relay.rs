@@ -99,10 +99,10 @@ impl MarkBoard {
 /// The node that had `answer`'s session (and the one that passed it on, if another) answered:
 /// what it had is merged, so the client's QoS 2 resends held for its ids go on
 /// (`hayate_core` `channel/resend_hold.rs`). Call after the take-over.
-fn inbound_qos2_ids_answered(routes: &ClusterRoutes, answer: &SessionAnswer, sender: &str) {
-    routes.inbound_qos2_ids_answered(&answer.client_id, sender);
+fn inbound_qos2_ids_answered(broker: &Broker, answer: &SessionAnswer, sender: &str) {
+    broker.inbound_qos2_ids_answered(&answer.client_id, sender);
     if let Some(origin) = &answer.origin {
-        routes.inbound_qos2_ids_answered(&answer.client_id, origin);
+        broker.inbound_qos2_ids_answered(&answer.client_id, origin);
     }
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn take_over(
             routes.fence_answered(&answer.client_id, old);
             ctx.marks.take_fenced(&answer.client_id, answer.at, old);
         }
-        inbound_qos2_ids_answered(routes, &answer, old);
+        inbound_qos2_ids_answered(broker, &answer, old);
         return;
     };
     if !broker.has_client_session(&answer.client_id) {
@@ -163,7 +163,7 @@ pub(crate) fn take_over(
         // Every node marked when the client subscribed here: the session received their
         // copies directly since, and the old node relays only what came before.
         ctx.broker.take_over(&client_id, handed, now, wake);
-        inbound_qos2_ids_answered(routes, &answer, old);
+        inbound_qos2_ids_answered(broker, &answer, old);
         return;
     }
     let relayed = answer.at != 0
@@ -189,7 +189,7 @@ pub(crate) fn take_over(
         );
     }
     let taken = broker.take_over(&client_id, handed, now, wake);
-    inbound_qos2_ids_answered(routes, &answer, old);
+    inbound_qos2_ids_answered(broker, &answer, old);
     if !passed_on && published {
         // What the client publishes here from its CONNACK on comes after this on every link
         // from here, and the other nodes wait for the old node's notice before reading on

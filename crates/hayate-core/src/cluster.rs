@@ -645,9 +645,10 @@ impl ClusterRoutes {
     }
 
     /// `node` answered for `client_id`, and what it had (its inbound QoS 2 ids among it) is
-    /// merged here: call after [`crate::Broker::take_over`].
-    pub fn inbound_qos2_ids_answered(&self, client_id: &str, node: &str) {
-        self.unknown_qos2.answered(client_id, node);
+    /// merged here: true when every away node has now (the client's connection is to be
+    /// woken: [`crate::Broker::inbound_qos2_ids_answered`], which callers use).
+    pub(crate) fn inbound_qos2_ids_answered(&self, client_id: &str, node: &str) -> bool {
+        self.unknown_qos2.answered(client_id, node)
     }
 
     /// Until when a QoS 2 resend of `client_id` with an id not known here is held back, if it

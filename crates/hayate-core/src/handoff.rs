@@ -428,6 +428,28 @@ impl Broker {
         }
     }
 
+    /// Node `node` is gone for good (forgotten after `dead_node_grace_secs`, or it left): it
+    /// will mark nothing, so no relay waits for its mark any more, and a relay that waited
+    /// only for it ends now rather than at its deadline.
+    pub fn relay_node_gone(&self, node: &str, now: Instant, wake: &mut WakeList) {
+        let Some(cluster) = self.router.cluster() else {
+            return;
+        };
+        for cell in cluster.relaying_all() {
+            let done = match &mut cell.state.lock().handover {
+                Handover::Relaying(relaying) if relaying.waiting.iter().any(|n| &**n == node) => {
+                    relaying.waiting.retain(|n| &**n != node);
+                    relaying.waiting.is_empty() && relaying.upstream.is_empty()
+                }
+                _ => false,
+            };
+            if done {
+                tracing::info!(client_id = %cell.client_id, node, "handover_relay_ended_node_gone");
+                self.end_relay(&cell, now, wake);
+            }
+        }
+    }
+
     /// Ends the relaying of sessions past their deadline (some node never marked: what it
     /// forwards here for them from now on goes nowhere).
     pub fn expire_relays(&self, now: Instant, wake: &mut WakeList) {
@@ -462,6 +484,24 @@ impl Broker {
         self.registry
             .get(client_id)
             .is_some_and(|cell| cell.kind == SessionKind::Client)
+    }
+
+    /// `node` answered for `client_id`, and what it had (its inbound QoS 2 ids among it) is
+    /// merged here: call after [`Broker::take_over`]. When that was the last node the client's
+    /// ids waited for, its connection is woken, so that a QoS 2 resend it holds back for them
+    /// (`channel/resend_hold.rs`) goes on at once.
+    pub fn inbound_qos2_ids_answered(&self, client_id: &str, node: &str) {
+        let Some(cluster) = self.router.cluster() else {
+            return;
+        };
+        if !cluster.inbound_qos2_ids_answered(client_id, node) {
+            return;
+        }
+        if let Some(cell) = self.registry.get(client_id) {
+            if let Some(doorbell) = &cell.state.lock().doorbell {
+                doorbell.notify_one();
+            }
+        }
     }
 
     /// The id (`SessionCell::id`) of `client_id`'s client session here, if it has one (not

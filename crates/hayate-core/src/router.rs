@@ -751,6 +751,13 @@ impl Router {
         if let Handover::Relaying(relaying) = &state.handover {
             // Handed over to another node: what another node forwarded goes on to it; what
             // was published here reaches it through its peer session's own subscription.
+            // Past its deadline a relay passes nothing on, though it ends only at the next
+            // `Broker::expire_relays`: the suppressions of the nodes that marked end at the
+            // deadline, and their copies, which reach the session directly, went on twice in
+            // between (the lose-node soak of `aa0d107`).
+            if relaying.deadline <= now {
+                return;
+            }
             let to = relaying.to.clone();
             drop(state);
             self.relay(cell, &to, delivery, now, wake, outcome);

@@ -39,10 +39,12 @@ fn resent_while_n9_is_away() -> (CoreHarness, Arc<ClusterRoutes>, TestChannel, T
         "the client is not read meanwhile"
     );
     assert!(subscriber.transmit_publishes().is_empty(), "not routed yet");
+    let deadline = harness.now() + HOLD;
     harness.advance(Duration::from_secs(1));
+    // Paused until the hold's time: the answer wakes the connection before that.
     assert!(matches!(
         publisher.poll_gate().unwrap(),
-        ReadGate::Paused { .. }
+        ReadGate::Paused { until, .. } if until == deadline
     ));
     (harness, routes, subscriber, publisher)
 }
@@ -61,7 +63,7 @@ fn pubrec_ids(packets: &[Packet]) -> Vec<u16> {
 /// routed again [MQTT-4.3.3-10] (the long-down soak delivered such a window twice).
 #[test]
 fn a_resend_the_old_session_had_routed_is_acknowledged_once_its_node_answers() {
-    let (harness, routes, mut subscriber, mut publisher) = resent_while_n9_is_away();
+    let (harness, _routes, mut subscriber, mut publisher) = resent_while_n9_is_away();
     let handed = HandedOver {
         inbound_qos2: vec![5],
         ..HandedOver::default()
@@ -70,7 +72,7 @@ fn a_resend_the_old_session_had_routed_is_acknowledged_once_its_node_answers() {
     assert!(harness
         .broker
         .take_over("p", handed, harness.now(), &mut wake));
-    routes.inbound_qos2_ids_answered("p", "n9");
+    harness.broker.inbound_qos2_ids_answered("p", "n9");
     assert!(matches!(publisher.poll_gate().unwrap(), ReadGate::Open));
     assert_eq!(pubrec_ids(&publisher.received()), vec![5]);
     assert!(
@@ -83,8 +85,10 @@ fn a_resend_the_old_session_had_routed_is_acknowledged_once_its_node_answers() {
 /// The old node had nothing of it (or no session): routed once its answer says so.
 #[test]
 fn a_resend_the_old_node_never_had_is_routed_once_it_answers() {
-    let (_harness, routes, mut subscriber, mut publisher) = resent_while_n9_is_away();
-    routes.inbound_qos2_ids_answered("p", "n9");
+    let (harness, _routes, mut subscriber, mut publisher) = resent_while_n9_is_away();
+    assert!(!publisher.woken());
+    harness.broker.inbound_qos2_ids_answered("p", "n9");
+    assert!(publisher.woken(), "the answer wakes the held connection");
     assert!(matches!(publisher.poll_gate().unwrap(), ReadGate::Open));
     assert_eq!(pubrec_ids(&publisher.received()), vec![5]);
     let got = subscriber.transmit_publishes();
@@ -113,9 +117,9 @@ fn a_resend_is_routed_when_the_hold_runs_out() {
 /// still has it, and sends it again on its next connection), its id not taken.
 #[test]
 fn a_held_resend_is_dropped_when_the_input_ends() {
-    let (harness, routes, mut subscriber, mut publisher) = resent_while_n9_is_away();
+    let (harness, _routes, mut subscriber, mut publisher) = resent_while_n9_is_away();
     publisher.end_input().unwrap();
-    routes.inbound_qos2_ids_answered("p", "n9");
+    harness.broker.inbound_qos2_ids_answered("p", "n9");
     assert!(matches!(publisher.poll_gate().unwrap(), ReadGate::Open));
     assert!(pubrec_ids(&publisher.received()).is_empty());
     assert!(subscriber.transmit_publishes().is_empty());

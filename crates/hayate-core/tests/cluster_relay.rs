@@ -558,3 +558,63 @@ fn a_session_back_on_its_relaying_node_gets_the_marked_nodes_copies_once() {
     assert!(relayed.is_empty(), "relayed back to n2: {relayed:?}");
     assert_eq!(back.transmit_publishes().len(), 1);
 }
+
+/// Past its deadline a relay passes nothing on, though `expire_relays` has not ended it yet:
+/// the suppression of a node that marked ends at the deadline, and its copies (which reach
+/// the session on the new node directly) went on to that node a second time until the relay
+/// was expired (the lose-node soak of `aa0d107`: 3 and 6 QoS 2 messages twice, each at a
+/// relay's deadline).
+#[test]
+fn a_relay_past_its_deadline_passes_nothing_on_before_it_is_expired() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (mut peer2, _peer3, mut from_n3) = hand_c_over(&harness, &routes);
+    let mut wake = Vec::new();
+    harness
+        .broker
+        .relay_marked("c", "n2", (CLAIM, "n2"), harness.now(), &mut wake);
+    peer2.transmit();
+    let mut from_n2 = harness.channel_with_role(ListenerRole::PeerIngress);
+    from_n2.connect(ConnectSpec::v5("$cluster/in/n2"));
+    forward(&mut from_n2, "o/1", b"1", 1);
+    assert!(peer2.transmit_publishes().is_empty(), "n2 marked");
+    harness.advance(Duration::from_secs(30));
+    forward(&mut from_n2, "o/2", b"2", 2);
+    forward(&mut from_n3, "o/3", b"3", 1);
+    let relayed = peer2.transmit_publishes();
+    assert!(relayed.is_empty(), "relayed past the deadline: {relayed:?}");
+    assert_eq!(routes.len(), 1, "not expired yet: `o/#` still routed here");
+}
+
+/// A node forgotten (or gone for good) marks nothing: a relay that waited only for it ends
+/// then, not at its deadline; one that waits for another node too goes on.
+#[test]
+fn a_relay_waiting_only_for_a_node_gone_for_good_ends_then() {
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (mut peer2, _peer3, mut from_n3) = hand_c_over(&harness, &routes);
+    let mut wake = Vec::new();
+    harness
+        .broker
+        .relay_node_gone("n3", harness.now(), &mut wake);
+    forward(&mut from_n3, "o/1", b"1", 1);
+    assert_eq!(
+        peer2.transmit_publishes().len(),
+        1,
+        "n2 has not marked yet: still relaying"
+    );
+    harness
+        .broker
+        .relay_marked("c", "n2", (CLAIM, "n2"), harness.now(), &mut wake);
+    assert_eq!(routes.len(), 0, "every node left marked: the relay ended");
+
+    // Gone before the other node marked: the relay ends at that node's mark.
+    let (harness, routes) = relaying_harness(Duration::from_secs(30));
+    let (_peer2, _peer3, _from_n3) = hand_c_over(&harness, &routes);
+    harness
+        .broker
+        .relay_marked("c", "n2", (CLAIM, "n2"), harness.now(), &mut wake);
+    assert_eq!(routes.len(), 1, "waiting for n3");
+    harness
+        .broker
+        .relay_node_gone("n3", harness.now(), &mut wake);
+    assert_eq!(routes.len(), 0, "n3 gone: nothing left to wait for");
+}

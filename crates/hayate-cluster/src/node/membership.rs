@@ -47,12 +47,18 @@ impl Node {
         }
     }
 
-    /// Stops `name`'s link and ends its peer session here (a node forgotten or leaving).
+    /// Stops `name`'s link and ends its peer session here (a node forgotten or leaving); no
+    /// relay waits for its mark any more (`Broker::relay_node_gone`).
     fn drop_peer(&mut self, name: &str, now: Instant) {
         if let Some(peer) = self.peers.remove(name) {
             let _ = peer.stop.send(true);
         }
         self.end_peer_session(name, now);
+        let mut wake = WakeList::new();
+        self.ctx.broker.relay_node_gone(name, now, &mut wake);
+        for doorbell in wake {
+            doorbell.notify_one();
+        }
     }
 
     /// Nodes that announced they leave for good are forgotten now.

@@ -12,7 +12,8 @@
 //!   connection.
 //!
 //! States: none → holding (the PUBLISH, its deadline) → none. While holding, the read gate is
-//! paused (`gate.rs`) and looked at again every `RECHECK`.
+//! paused (`gate.rs`) until the deadline; the answer that ends the wait rings the connection's
+//! doorbell (`Broker::inbound_qos2_ids_answered`), and the gate is looked at again then.
 
 use super::{Channel, Phase};
 use crate::close::Close;
@@ -20,10 +21,7 @@ use crate::hooks::ListenerRole;
 use crate::router::WakeList;
 use hayate_codec::{Publish, QoS};
 use hayate_session::OutBuf;
-use std::time::{Duration, Instant};
-
-/// How often a held resend looks again whether the answer came.
-const RECHECK: Duration = Duration::from_millis(50);
+use std::time::Instant;
 
 /// A held resend and when it goes on at the latest.
 #[derive(Debug)]
@@ -95,7 +93,7 @@ impl Channel {
             .cluster()
             .and_then(|cluster| cluster.inbound_qos2_unknown_until(client_id, now));
         if unknown.is_some() && now < hold.until && self.phase == Phase::Connected {
-            return Ok(Some(hold.until.min(now + RECHECK)));
+            return Ok(Some(hold.until));
         }
         let Some(hold) = self.take_rare(|rare| rare.resend.take()) else {
             return Ok(None);

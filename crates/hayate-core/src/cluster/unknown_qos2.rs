@@ -50,18 +50,22 @@ impl UnknownQos2 {
     }
 
     /// `node` answered for `client_id` (what it had is merged here now, or it had nothing).
-    pub(crate) fn answered(&self, client_id: &str, node: &str) {
+    /// True when that ended the client's record (every away node answered).
+    pub(crate) fn answered(&self, client_id: &str, node: &str) -> bool {
         if !self.any.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         let mut waiting = self.waiting.lock();
+        let mut ended = false;
         if let Some(record) = waiting.get_mut(client_id) {
             record.away.retain(|away| &**away != node);
             if record.away.is_empty() {
                 waiting.remove(client_id);
+                ended = true;
             }
         }
         self.any.store(!waiting.is_empty(), Ordering::Relaxed);
+        ended
     }
 
     /// Until when `client_id`'s inbound QoS 2 ids are not known here, if they are not.
