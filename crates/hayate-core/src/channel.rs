@@ -141,6 +141,9 @@ pub struct Channel {
     /// In a cluster: CONNACK is held until other nodes handed over the client's session (it
     /// waits in the session state, `Handover::Awaited`).
     awaiting_handover: bool,
+    /// The held CONNACK of a session made only to wait went out: the client's next packet
+    /// shows it got it, and only then is the session told (`SessionState::unconfirmed`).
+    confirm_at_input: bool,
     /// The input has ended (end of stream): everything left is handled, nothing held back.
     input_ended: bool,
     /// Before CONNECT completes: when the connection was opened (the connect timeout runs from
@@ -191,6 +194,7 @@ impl Channel {
             doorbell: Arc::new(Notify::new()),
             transmit: 0,
             awaiting_handover: false,
+            confirm_at_input: false,
         }
     }
 
@@ -337,6 +341,12 @@ impl Channel {
         out: &mut OutBuf,
         wake: &mut WakeList,
     ) -> Result<(), Close> {
+        if self.confirm_at_input {
+            self.confirm_at_input = false;
+            if let Some(cell) = &self.cell {
+                cell.state.lock().unconfirmed = false;
+            }
+        }
         match packet {
             Packet::Publish(publish) => match self.count_publish().hold_if_congested(publish) {
                 Some(publish) => self.handle_publish(publish, now, out, wake),
@@ -522,8 +532,13 @@ impl Channel {
                     return true;
                 }
                 Handover::Awaited(_) => {
-                    // Its CONNACK goes out now: the client knows of the session.
-                    state.unconfirmed = false;
+                    // Its CONNACK goes out now, but the client may have given up a moment
+                    // before (nothing is read during the wait, so its leaving is not seen
+                    // yet): the session is told only when the client sends something after it
+                    // (the lose-node soak of `c710fdc`: an empty session made only to wait was
+                    // handed on as present to a client that never got its CONNACK, and the
+                    // client, told Session Present 1, never subscribed again).
+                    self.confirm_at_input = state.unconfirmed;
                     std::mem::take(&mut state.handover)
                 }
                 // Handed over to another node meanwhile (`Relaying` is that relay's, not

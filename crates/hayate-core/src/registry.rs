@@ -79,9 +79,10 @@ pub struct SessionState {
     /// In a cluster: where the handover of this client's session from other nodes stands
     /// (`crate::handoff`).
     pub handover: Handover,
-    /// Made here for a connection whose CONNACK waits for the cluster's handover, no CONNACK
-    /// has gone out for it since, and no other node's session came into it: no client has
-    /// been told of it, and it holds nothing (a connection reads nothing before its CONNACK).
+    /// Made here for a connection whose CONNACK waits for the cluster's handover, no client
+    /// packet has come after such a CONNACK (the one that shows the client got it), and no
+    /// other node's session came into it: no client is known to have been told of it, and it
+    /// holds nothing (a connection reads nothing before its CONNACK).
     /// It does not count as present, to the client's next connection here or handed on
     /// (`docs/CLUSTER.md`, "A session made only to wait").
     pub unconfirmed: bool,

@@ -67,7 +67,9 @@ fn back_on_the_same_node_an_empty_session_made_only_to_wait_is_not_present() {
 
     let mut client = harness.resume_waiting("again");
     assert!(!session_present(&harness, &mut client));
-    // Told now (Session Present 0, a new session): handed on, it counts.
+    // Told now (Session Present 0, a new session, and the client answered): handed on, it
+    // counts.
+    client.send(Packet::PingReq).expect("PINGREQ handled");
     client.finish();
     let handed = claim(&harness, "again");
     assert!(!handed.unconfirmed);
@@ -106,17 +108,40 @@ fn a_session_another_node_handed_into_the_wait_is_present() {
     assert!(session_present(&harness, &mut client));
 }
 
-/// Not in a cluster wait: a session told to its client with CONNACK counts as present,
-/// empty or not (the client knows of it).
+/// A session told to its client with CONNACK counts as present, empty or not (the client
+/// knows of it): the client sent a packet after the CONNACK, so it got it.
 #[test]
 fn a_session_told_with_its_connack_is_present_when_empty() {
     let (harness, _routes) = CoreHarness::clustered();
     let _n2 = harness.peer("n2", &[]);
     let mut client = harness.resume_waiting("told");
     assert!(!session_present(&harness, &mut client), "new");
+    client.send(Packet::PingReq).expect("PINGREQ handled");
     client.finish();
 
     let handed = claim(&harness, "told");
     assert!(handed.is_empty());
     assert!(handed.counts_as_present());
+}
+
+/// The CONNACK went out at the end of the wait, but the client had given up a moment before
+/// (nothing is read during the wait, so its leaving was not seen) and sent nothing after it:
+/// not told, handed on as none. The lose-node soak of `c710fdc`: told Session Present 1 by
+/// the next node from such an empty session, the client never subscribed again and lost
+/// every message for the remaining 5 minutes.
+#[test]
+fn a_connack_written_to_a_client_that_had_left_tells_nothing() {
+    let (harness, _routes) = CoreHarness::clustered();
+    let _n2 = harness.peer("n2", &[]);
+    let mut client = harness.resume_waiting("left");
+    assert!(!session_present(&harness, &mut client), "new");
+    client.finish();
+
+    let handed = claim(&harness, "left");
+    assert!(handed.is_empty());
+    assert!(handed.unconfirmed);
+    assert!(
+        !handed.counts_as_present(),
+        "Session Present 0 where it goes"
+    );
 }
