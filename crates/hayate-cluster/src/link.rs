@@ -567,15 +567,6 @@ impl Link {
         Ok(())
     }
 
-    /// Holds what the other node sends, or stops holding (`None`); the node's claims see it
-    /// (`NodeStats::link_held`).
-    pub(crate) fn set_hold(&mut self, hold: Option<Hold>) {
-        self.stats
-            .link_held
-            .store(hold.is_some(), Ordering::Relaxed);
-        self.hold = hold;
-    }
-
     /// Ends the hold once what it awaits arrived, or at its deadline.
     fn release_hold(&mut self, now: Instant) {
         let Some(hold) = &self.hold else {
@@ -594,7 +585,7 @@ impl Link {
             }
         };
         if !waiting {
-            self.set_hold(None);
+            self.hold = None;
         } else if now >= hold.until {
             let late = match hold.awaited {
                 Awaited::RelayEnd => "cluster_relay_end_late",
@@ -604,7 +595,7 @@ impl Link {
             if let Awaited::HandedOver { old } = &hold.awaited {
                 self.ctx.handed_over.gave_up(old, now);
             }
-            self.set_hold(None);
+            self.hold = None;
         }
     }
 

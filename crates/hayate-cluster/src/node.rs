@@ -102,7 +102,6 @@ impl Peer {
             stopping: self.stopping,
             durable: self.durable,
             link_up: self.stats.link_up.load(Ordering::Relaxed),
-            link_held: self.stats.link_held.load(Ordering::Relaxed),
         }
     }
 }

@@ -44,9 +44,6 @@ pub(crate) struct PeerState {
     pub durable: bool,
     /// This node's link to it is connected.
     pub link_up: bool,
-    /// That link holds what the node sends (`NodeStats::link_held`): its answer cannot come
-    /// before the hold ends.
-    pub link_held: bool,
 }
 
 /// A claim past its deadline waits on while a node it waits for, seen dead since the claim,
@@ -85,17 +82,6 @@ pub(crate) fn relink_wait(
         return None;
     }
     let mut until: Option<Instant> = None;
-    // A live node whose link holds what it sends (another client's order after a take-over,
-    // `[cluster] relay_order_hold_ms`, up to 3 s by default, longer than `ANSWER_TIMEOUT`)
-    // cannot deliver its answer meanwhile: the claim waits for it while the hold lasts. Until
-    // then a plain move whose answer sat behind such a hold got Session Present 0 (the
-    // lose-node soak of `c710fdc`).
-    for name in &claim.waiting {
-        if peer(name).is_some_and(|s| s.dead_since.is_none() && s.link_up && s.link_held) {
-            let next = now + RELINK_POLL;
-            until = Some(until.map_or(next, |u| u.max(next)));
-        }
-    }
     for (name, state) in awaited {
         let next = if let Some(dead_since) = state.dead_since {
             let lost_until = dead_since + lost_wait;
@@ -144,34 +130,7 @@ mod tests {
             stopping: false,
             durable,
             link_up,
-            link_held: false,
         }
-    }
-
-    #[test]
-    fn a_node_whose_link_holds_its_answer_is_waited_for_while_the_hold_lasts() {
-        let now = Instant::now();
-        let mut claim = claim(now, false);
-        let held = PeerState {
-            link_held: true,
-            ..state(None, true, true)
-        };
-        assert_eq!(
-            relink_wait(&mut claim, |_| Some(held), LOST_WAIT, now),
-            Some(now + RELINK_POLL)
-        );
-        // The hold ended without the answer: the deadline is the deadline.
-        let free = state(None, true, true);
-        assert_eq!(
-            relink_wait(&mut claim, |_| Some(free), LOST_WAIT, now),
-            None
-        );
-        // Never past the cap.
-        let late = claim.cap;
-        assert_eq!(
-            relink_wait(&mut claim, |_| Some(held), LOST_WAIT, late),
-            None
-        );
     }
 
     #[test]

@@ -129,8 +129,7 @@ impl Link {
         } else if publish.topic.as_str() == TAKEN_OVER_TOPIC {
             match Mark::from_publish(&publish) {
                 Some(mark) => {
-                    let hold = crate::moved::on_taken_over(&self.ctx, &self.peer, &mark, now);
-                    self.set_hold(hold);
+                    self.hold = crate::moved::on_taken_over(&self.ctx, &self.peer, &mark, now);
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_taken_over_malformed"),
             }
@@ -138,8 +137,7 @@ impl Link {
             match Mark::from_publish(&publish) {
                 Some(mark) => {
                     let mut wake = hayate_core::WakeList::new();
-                    let hold = crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
-                    self.set_hold(hold);
+                    self.hold = crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
                     for doorbell in wake {
                         doorbell.notify_one();
                     }
