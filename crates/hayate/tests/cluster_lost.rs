@@ -295,7 +295,8 @@ async fn a_claim_that_comes_while_the_session_waits_for_its_own_gets_the_whole_s
 /// A late answer goes on to where the session went (docs/CLUSTER.md, "A late answer goes on
 /// to where the session went"): the client's node n2 is killed; the client resumes on n1,
 /// which does not wait for n2 (`lost_node_wait_secs = 0`) and gives it a new session, and
-/// leaves before subscribing; it connects to n3, which takes n1's session (Session Present
+/// leaves before subscribing (after a PINGREQ, so the new session counts as told); it connects
+/// to n3, which takes n1's session (Session Present
 /// 1). n2 comes back while n3 is frozen, so it answers n1's claim first, with the real session
 /// and what n1 queued for it meanwhile; n1 no longer has the session and passes the answer on
 /// to n3. Before, n1 dropped it (`cluster_session_answer_dropped`) and the client on n3 got
@@ -315,9 +316,12 @@ async fn a_late_answer_goes_on_to_where_the_session_went() {
     drop(sub);
     // Queued for n2 on n1 while it is dead.
     publish_numbered(&mut publisher, 0..TOTAL / 2, Duration::ZERO).await;
-    let (first, connack) = connect_as(cluster.nodes[0].mqtt).await;
+    let (mut first, connack) = connect_as(cluster.nodes[0].mqtt).await;
     assert!(!connack.session_present, "n1 did not wait for dead n2");
-    // Gone before it subscribed.
+    // It answers its CONNACK (a packet after it shows n1 that it was told of the new session:
+    // docs/CLUSTER.md, "A session made only to wait"), and is gone before it subscribed.
+    first.send(hayate_codec::Packet::PingReq).await;
+    assert!(matches!(first.recv().await, hayate_codec::Packet::PingResp));
     drop(first);
     let (mut moved, connack) = connect_as(cluster.nodes[2].mqtt).await;
     assert!(connack.session_present, "n3 took n1's session");
