@@ -481,9 +481,7 @@ impl Broker {
 
     /// Whether `client_id` has a client session here.
     pub fn has_client_session(&self, client_id: &str) -> bool {
-        self.registry
-            .get(client_id)
-            .is_some_and(|cell| cell.kind == SessionKind::Client)
+        self.client_session_id(client_id).is_some()
     }
 
     /// `node` answered for `client_id`, and what it had (its inbound QoS 2 ids among it) is
