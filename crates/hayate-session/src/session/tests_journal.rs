@@ -129,3 +129,38 @@ fn a_handed_over_delivery_keeps_its_packet_id_in_a_stored_session() {
         vec![(9, true), (10, false)]
     );
 }
+
+/// A session being handed over to another node keeps its queue in memory when its connection
+/// goes meanwhile: the handover takes what is in memory, so entries sent back to disk after the
+/// handover's read would stay behind (`Session::spill_resident`).
+#[test]
+fn a_detach_during_a_handover_keeps_the_queue_in_memory() {
+    let mut session = Session::new(SessionLimits::default());
+    session.enable_journal(1);
+    session.attach(params(ProtocolVersion::V5, 10));
+    session.enqueue(delivery("t/0", QoS::ExactlyOnce));
+    session.enqueue(delivery("t/1", QoS::ExactlyOnce));
+    assert_eq!(
+        session.take_handover_page_request(),
+        None,
+        "nothing on disk"
+    );
+    session.detach();
+    assert_eq!(session.spilled(), 0);
+    session.enqueue(delivery("t/2", QoS::ExactlyOnce));
+    assert_eq!(session.spilled(), 0, "offline, but handing over: in memory");
+    let topics: Vec<String> = session
+        .take_all_deliveries()
+        .iter()
+        .map(|d| d.message.topic.to_string())
+        .collect();
+    assert_eq!(topics, ["t/0", "t/1", "t/2"]);
+
+    // Without a handover the same detach sends the queue to disk only.
+    let mut session = Session::new(SessionLimits::default());
+    session.enable_journal(1);
+    session.attach(params(ProtocolVersion::V5, 10));
+    session.enqueue(delivery("t/0", QoS::ExactlyOnce));
+    session.detach();
+    assert_eq!(session.spilled(), 1);
+}
