@@ -75,6 +75,12 @@ pub enum ClusterError {
 pub struct NodeStats {
     /// The link to the node is connected.
     pub link_up: AtomicBool,
+    /// The link holds what the node sends (`[cluster] relay_order_hold_ms`): its answers to
+    /// this node's claims wait too, and the claims wait for them (`wait.rs`).
+    pub link_held: AtomicBool,
+    /// When the link's last hold ended (what the node sent meanwhile, its answers among it,
+    /// is read from then on).
+    pub hold_ended: std::sync::Mutex<Option<std::time::Instant>>,
     /// Connections made.
     pub connects: AtomicU64,
     /// Messages received from the node.

@@ -567,6 +567,22 @@ impl Link {
         Ok(())
     }
 
+    /// Holds what the other node sends, or stops holding (`None`); the node's claims see it
+    /// (`NodeStats::link_held`).
+    pub(crate) fn set_hold(&mut self, hold: Option<Hold>) {
+        if hold.is_none() && self.hold.is_some() {
+            *self
+                .stats
+                .hold_ended
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        }
+        self.stats
+            .link_held
+            .store(hold.is_some(), Ordering::Relaxed);
+        self.hold = hold;
+    }
+
     /// Ends the hold once what it awaits arrived, or at its deadline.
     fn release_hold(&mut self, now: Instant) {
         let Some(hold) = &self.hold else {
@@ -585,7 +601,7 @@ impl Link {
             }
         };
         if !waiting {
-            self.hold = None;
+            self.set_hold(None);
         } else if now >= hold.until {
             let late = match hold.awaited {
                 Awaited::RelayEnd => "cluster_relay_end_late",
@@ -595,7 +611,7 @@ impl Link {
             if let Awaited::HandedOver { old } = &hold.awaited {
                 self.ctx.handed_over.gave_up(old, now);
             }
-            self.hold = None;
+            self.set_hold(None);
         }
     }
 

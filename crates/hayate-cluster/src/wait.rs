@@ -44,6 +44,11 @@ pub(crate) struct PeerState {
     pub durable: bool,
     /// This node's link to it is connected.
     pub link_up: bool,
+    /// That link holds what the node sends (`NodeStats::link_held`): its answer cannot come
+    /// before the hold ends.
+    pub link_held: bool,
+    /// When that link's last hold ended (`NodeStats::hold_ended`).
+    pub hold_ended: Option<Instant>,
 }
 
 /// A claim past its deadline waits on while a node it waits for, seen dead since the claim,
@@ -82,6 +87,26 @@ pub(crate) fn relink_wait(
         return None;
     }
     let mut until: Option<Instant> = None;
+    // A live node whose link holds what it sends (another client's order after a take-over,
+    // `[cluster] relay_order_hold_ms`, up to 3 s by default, longer than `ANSWER_TIMEOUT`)
+    // cannot deliver its answer meanwhile: the claim waits for it while the hold lasts, and
+    // `ANSWER_TIMEOUT` from its end (what the node sent during the hold is read first). Until
+    // then a plain move whose answer sat behind such a hold got Session Present 0 and its old
+    // session merged later (the lose-node soak of `c710fdc`; `tests/cluster_held.rs`).
+    for name in &claim.waiting {
+        let Some(state) = peer(name) else {
+            continue;
+        };
+        if state.dead_since.is_some() || !state.link_up {
+            continue;
+        }
+        let next = match (state.link_held, state.hold_ended) {
+            (true, _) => now + RELINK_POLL,
+            (false, Some(ended)) if ended + ANSWER_TIMEOUT > now => ended + ANSWER_TIMEOUT,
+            _ => continue,
+        };
+        until = Some(until.map_or(next, |u| u.max(next)));
+    }
     for (name, state) in awaited {
         let next = if let Some(dead_since) = state.dead_since {
             let lost_until = dead_since + lost_wait;
@@ -130,7 +155,45 @@ mod tests {
             stopping: false,
             durable,
             link_up,
+            link_held: false,
+            hold_ended: None,
         }
+    }
+
+    #[test]
+    fn a_node_whose_link_holds_its_answer_is_waited_for_while_the_hold_lasts() {
+        let now = Instant::now();
+        let mut claim = claim(now, false);
+        let held = PeerState {
+            link_held: true,
+            ..state(None, true, true)
+        };
+        assert_eq!(
+            relink_wait(&mut claim, |_| Some(held), LOST_WAIT, now),
+            Some(now + RELINK_POLL)
+        );
+        // The hold ended a moment ago: what the node sent meanwhile is read first, its
+        // answer among it.
+        let later = now + Duration::from_millis(500);
+        let ended = PeerState {
+            hold_ended: Some(now),
+            ..state(None, true, true)
+        };
+        assert_eq!(
+            relink_wait(&mut claim, |_| Some(ended), LOST_WAIT, later),
+            Some(now + ANSWER_TIMEOUT)
+        );
+        // And that long after it, the deadline is the deadline.
+        assert_eq!(
+            relink_wait(&mut claim, |_| Some(ended), LOST_WAIT, now + ANSWER_TIMEOUT),
+            None
+        );
+        // Never past the cap.
+        let late = claim.cap;
+        assert_eq!(
+            relink_wait(&mut claim, |_| Some(held), LOST_WAIT, late),
+            None
+        );
     }
 
     #[test]

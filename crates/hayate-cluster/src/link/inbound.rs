@@ -129,7 +129,8 @@ impl Link {
         } else if publish.topic.as_str() == TAKEN_OVER_TOPIC {
             match Mark::from_publish(&publish) {
                 Some(mark) => {
-                    self.hold = crate::moved::on_taken_over(&self.ctx, &self.peer, &mark, now);
+                    let hold = crate::moved::on_taken_over(&self.ctx, &self.peer, &mark, now);
+                    self.set_hold(hold);
                 }
                 None => tracing::warn!(peer = %self.peer, "cluster_taken_over_malformed"),
             }
@@ -137,7 +138,8 @@ impl Link {
             match Mark::from_publish(&publish) {
                 Some(mark) => {
                     let mut wake = hayate_core::WakeList::new();
-                    self.hold = crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
+                    let hold = crate::relay::on_mark(&self.ctx, &self.peer, &mark, now, &mut wake);
+                    self.set_hold(hold);
                     for doorbell in wake {
                         doorbell.notify_one();
                     }
