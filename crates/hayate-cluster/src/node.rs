@@ -284,6 +284,7 @@ pub async fn start(
         grace,
         stopped_wait: Duration::from_secs(config.stopped_node_wait_secs),
         lost_wait: Duration::from_secs(config.lost_node_wait_secs),
+        hold_wait: Duration::from_millis(config.relay_order_hold_ms),
         resent_qos2_hold: Duration::from_secs(config.resent_qos2_hold_secs),
         gossip_interval,
         peers: HashMap::new(),
@@ -313,6 +314,9 @@ struct Node {
     /// How long after a node with a store went away without notice a resumed session still
     /// waits for it (`lost_node_wait_secs`).
     lost_wait: Duration,
+    /// The longest a link holds what a node sends (`relay_order_hold_ms`): how long a claim
+    /// waits for a held link at most (`PendingClaim::held_cap`).
+    hold_wait: Duration,
     /// How long a QoS 2 resend of a client served past the wait waits for the answer of the
     /// node that had its session (`resent_qos2_hold_secs`).
     resent_qos2_hold: Duration,
@@ -465,6 +469,7 @@ impl Node {
                                 deadline,
                                 at,
                                 cap: now + self.ctx.routes.handover_timeout() + 2 * ANSWER_TIMEOUT,
+                                held_cap: deadline + self.hold_wait + ANSWER_TIMEOUT,
                                 was_away,
                                 relinked: Vec::new(),
                             },

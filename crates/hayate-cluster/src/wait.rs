@@ -26,6 +26,11 @@ pub(crate) struct PendingClaim {
     pub at: Arrival,
     /// The latest `deadline` may move to ([`relink_wait`]).
     pub cap: Instant,
+    /// The latest it may move to for a held link: the first deadline plus one hold
+    /// (`relay_order_hold_ms`) and `ANSWER_TIMEOUT`. A claim waits out the hold there is, not
+    /// one hold after another (a link from a node whose old sessions' relay ends cannot come,
+    /// its next node being dead, may hold again and again).
+    pub held_cap: Instant,
     /// The nodes it waits for that were seen dead since the claim (or at it).
     pub was_away: Vec<Arc<str>>,
     /// Those of them whose link came up again while it waited, and were given
@@ -97,7 +102,7 @@ pub(crate) fn relink_wait(
         let Some(state) = peer(name) else {
             continue;
         };
-        if state.dead_since.is_some() || !state.link_up {
+        if state.dead_since.is_some() || !state.link_up || now >= claim.held_cap {
             continue;
         }
         let next = match (state.link_held, state.hold_ended) {
@@ -105,6 +110,7 @@ pub(crate) fn relink_wait(
             (false, Some(ended)) if ended + ANSWER_TIMEOUT > now => ended + ANSWER_TIMEOUT,
             _ => continue,
         };
+        let next = next.min(claim.held_cap);
         until = Some(until.map_or(next, |u| u.max(next)));
     }
     for (name, state) in awaited {
@@ -140,6 +146,7 @@ mod tests {
             deadline: now,
             at: Arrival::from_nanos(1),
             cap: now + Duration::from_secs(4),
+            held_cap: now + Duration::from_secs(4),
             was_away: if n1_seen_dead {
                 vec![Arc::from("n1")]
             } else {
@@ -187,6 +194,26 @@ mod tests {
         assert_eq!(
             relink_wait(&mut claim, |_| Some(ended), LOST_WAIT, now + ANSWER_TIMEOUT),
             None
+        );
+        // Not past one hold: a link that holds again and again is not waited for.
+        claim.held_cap = now + Duration::from_secs(3);
+        assert_eq!(
+            relink_wait(
+                &mut claim,
+                |_| Some(held),
+                LOST_WAIT,
+                now + Duration::from_secs(3)
+            ),
+            None
+        );
+        assert_eq!(
+            relink_wait(
+                &mut claim,
+                |_| Some(held),
+                LOST_WAIT,
+                now + Duration::from_millis(2_900)
+            ),
+            Some(now + Duration::from_secs(3))
         );
         // Never past the cap.
         let late = claim.cap;

@@ -98,11 +98,16 @@ async fn a_claim_whose_answer_sits_behind_a_held_link_waits_for_it() {
     await_route(&mut publisher, &mut a, "a/probe").await;
     await_route(&mut publisher, &mut c, "roll/probe").await;
 
-    // A moves to n3 while n2 is frozen (its answer and its mark wait), n1 answers; then n1
-    // freezes before it reads n2's mark, and n2, thawed, marks: n3 holds n2's link for n1's end.
-    n2.freeze();
+    // A moves to n3: n2 answers its claim while n1 is frozen; then n2 freezes and n1, thawed,
+    // hands the session over; then n1 freezes for good before it can read n2's mark, and n2,
+    // thawed, marks: n3 holds its link from n2 for n1's end, which never comes.
+    n1.freeze();
     drop(a);
-    let a_moving = tokio::spawn(connect_persistent(n3.mqtt, "held-a"));
+    let a_moving = tokio::spawn(connect_patiently(n3.mqtt, "held-a"));
+    // n2 has no session of A: it answers at once (a debug line only; CI logs at info).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    n2.freeze();
+    n1.thaw();
     await_log(
         n3,
         &["session_taken_over_from_node", "held-a"],
@@ -113,6 +118,11 @@ async fn a_claim_whose_answer_sits_behind_a_held_link_waits_for_it() {
     n2.thaw();
     let (_a, connack) = a_moving.await.unwrap();
     assert!(connack.session_present, "A's session moved to n3");
+    assert!(
+        !plain(&n3.log_text()).contains("cluster_relay_end_late"),
+        "A's CONNACK came once the hold had ended:\n{}",
+        cluster.logs()
+    );
     // n1 seen dead: C's claim does not wait for it (`lost_node_wait_secs = 0`).
     await_log(
         n3,
