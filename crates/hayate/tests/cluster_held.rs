@@ -72,8 +72,8 @@ async fn await_log(node: &Node, needles: &[&str], within: Duration) {
     }
 }
 
-/// The lose-node soak of `c710fdc` (docs/CLUSTER.md, "A move whose claim timed out behind a
-/// held link"): client A moved from n1 to n3, and n1 does not send its end of relaying n2's
+/// The lose-node soak of `c710fdc` (docs/CLUSTER.md, "The wait goes on while the awaited node
+/// reconnects"): client A moved from n1 to n3, and n1 does not send its end of relaying n2's
 /// copies (frozen here, right after its answer), so n3's link from n2 holds what n2 sends
 /// (`relay_order_hold_ms`). Client C, a QoS 2 subscriber on n2, moves to n3 meanwhile: n2's
 /// answer to C's claim waits behind that hold. Before, the claim gave up after its 2 s, C got
