@@ -70,17 +70,25 @@ pub enum ClusterError {
     Tls(String),
 }
 
+/// A link's hold (`[cluster] relay_order_hold_ms`): while it holds, it reads nothing from its
+/// node, whose answers to this node's claims wait too, and the claims wait for them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LinkHold {
+    /// The link holds what the node sends.
+    pub held: bool,
+    /// When its last hold ended (what the node sent meanwhile, its answers among it, is read
+    /// from then on).
+    pub last_ended: Option<std::time::Instant>,
+}
+
 /// What one link has done, for `$SYS` and `hayate cluster status`.
 #[derive(Debug, Default)]
 pub struct NodeStats {
     /// The link to the node is connected.
     pub link_up: AtomicBool,
-    /// The link holds what the node sends (`[cluster] relay_order_hold_ms`): its answers to
-    /// this node's claims wait too, and the claims wait for them (`wait.rs`).
-    pub link_held: AtomicBool,
-    /// When the link's last hold ended (what the node sent meanwhile, its answers among it,
-    /// is read from then on).
-    pub hold_ended: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Whether the link holds what the node sends, and when its last hold ended; changed by
+    /// the link at a hold's start and end only, read by the node's claims (`wait.rs`).
+    pub hold: std::sync::Mutex<LinkHold>,
     /// Connections made.
     pub connects: AtomicU64,
     /// Messages received from the node.

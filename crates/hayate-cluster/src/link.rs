@@ -568,19 +568,22 @@ impl Link {
     }
 
     /// Holds what the other node sends, or stops holding (`None`); the node's claims see it
-    /// (`NodeStats::link_held`).
+    /// (`NodeStats::hold`).
     pub(crate) fn set_hold(&mut self, hold: Option<Hold>) {
-        if hold.is_none() && self.hold.is_some() {
-            *self
-                .stats
-                .hold_ended
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
-        }
-        self.stats
-            .link_held
-            .store(hold.is_some(), Ordering::Relaxed);
+        let (was, is) = (self.hold.is_some(), hold.is_some());
         self.hold = hold;
+        if was == is {
+            return;
+        }
+        let mut shared = self
+            .stats
+            .hold
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        shared.held = is;
+        if was {
+            shared.last_ended = Some(Instant::now());
+        }
     }
 
     /// Ends the hold once what it awaits arrived, or at its deadline.

@@ -102,10 +102,9 @@ impl Peer {
             stopping: self.stopping,
             durable: self.durable,
             link_up: self.stats.link_up.load(Ordering::Relaxed),
-            link_held: self.stats.link_held.load(Ordering::Relaxed),
-            hold_ended: *self
+            hold: *self
                 .stats
-                .hold_ended
+                .hold
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         }

@@ -3,6 +3,7 @@
 //! reconnects"). Pure: the node task (`node.rs`) gives it what gossip and the links know of
 //! each node and the time.
 
+use crate::LinkHold;
 use hayate_core::Arrival;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,11 +50,8 @@ pub(crate) struct PeerState {
     pub durable: bool,
     /// This node's link to it is connected.
     pub link_up: bool,
-    /// That link holds what the node sends (`NodeStats::link_held`): its answer cannot come
-    /// before the hold ends.
-    pub link_held: bool,
-    /// When that link's last hold ended (`NodeStats::hold_ended`).
-    pub hold_ended: Option<Instant>,
+    /// That link's hold (`NodeStats::hold`): while it holds, the node's answer cannot come.
+    pub hold: LinkHold,
 }
 
 /// A claim past its deadline waits on while a node it waits for, seen dead since the claim,
@@ -98,20 +96,22 @@ pub(crate) fn relink_wait(
     // `ANSWER_TIMEOUT` from its end (what the node sent during the hold is read first). Until
     // then a plain move whose answer sat behind such a hold got Session Present 0 and its old
     // session merged later (the lose-node soak of `c710fdc`; `tests/cluster_held.rs`).
-    for name in &claim.waiting {
-        let Some(state) = peer(name) else {
-            continue;
-        };
-        if state.dead_since.is_some() || !state.link_up || now >= claim.held_cap {
-            continue;
+    if now < claim.held_cap {
+        for state in claim.waiting.iter().filter_map(|name| peer(name)) {
+            if state.dead_since.is_some() || !state.link_up {
+                continue;
+            }
+            let next = match state.hold {
+                LinkHold { held: true, .. } => now + RELINK_POLL,
+                LinkHold {
+                    last_ended: Some(ended),
+                    ..
+                } if ended + ANSWER_TIMEOUT > now => ended + ANSWER_TIMEOUT,
+                _ => continue,
+            };
+            let next = next.min(claim.held_cap);
+            until = Some(until.map_or(next, |u| u.max(next)));
         }
-        let next = match (state.link_held, state.hold_ended) {
-            (true, _) => now + RELINK_POLL,
-            (false, Some(ended)) if ended + ANSWER_TIMEOUT > now => ended + ANSWER_TIMEOUT,
-            _ => continue,
-        };
-        let next = next.min(claim.held_cap);
-        until = Some(until.map_or(next, |u| u.max(next)));
     }
     for (name, state) in awaited {
         let next = if let Some(dead_since) = state.dead_since {
@@ -162,8 +162,7 @@ mod tests {
             stopping: false,
             durable,
             link_up,
-            link_held: false,
-            hold_ended: None,
+            hold: LinkHold::default(),
         }
     }
 
@@ -172,7 +171,10 @@ mod tests {
         let now = Instant::now();
         let mut claim = claim(now, false);
         let held = PeerState {
-            link_held: true,
+            hold: LinkHold {
+                held: true,
+                last_ended: None,
+            },
             ..state(None, true, true)
         };
         assert_eq!(
@@ -183,7 +185,10 @@ mod tests {
         // answer among it.
         let later = now + Duration::from_millis(500);
         let ended = PeerState {
-            hold_ended: Some(now),
+            hold: LinkHold {
+                held: false,
+                last_ended: Some(now),
+            },
             ..state(None, true, true)
         };
         assert_eq!(
